@@ -1,0 +1,77 @@
+"""Model configuration, read from (and written as) a Hugging Face Qwen3 `config.json`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; choose one of {sorted(DTYPES)}") from None
+
+
+@dataclass(frozen=True)
+class Qwen3Config:
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    max_position_embeddings: int = 40_960
+    attention_bias: bool = False
+
+    def __post_init__(self):
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads})"
+            )
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "config") -> "Qwen3Config":
+        """Take the keys we need from an HF config dict; a missing key is named with its file."""
+        rope = values.get("rope_parameters") or values.get("rope_scaling") or {}
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"{source}: rope type {rope['rope_type']!r} is not supported")
+        if "rope_theta" in rope:  # transformers 5 nests it here
+            values = {"rope_theta": rope["rope_theta"]} | values
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for name, field in fields.items():
+            if name in values and values[name] is not None:
+                kwargs[name] = values[name]
+            elif name == "head_dim" and "hidden_size" in values:
+                kwargs[name] = values["hidden_size"] // values["num_attention_heads"]
+            elif field.default is dataclasses.MISSING:
+                raise KeyError(f"{source}: missing required key {name!r}")
+        return cls(**kwargs)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Qwen3Config":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"model config not found: {path}")
+        return cls.from_dict(json.loads(path.read_text()), source=str(path))
+
+    def to_dict(self) -> dict:
+        """The HF keys, so `transformers.Qwen3ForCausalLM` can load what we save."""
+        return {
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "hidden_act": "silu",
+            **dataclasses.asdict(self),
+        }

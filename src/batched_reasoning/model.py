@@ -1,0 +1,178 @@
+"""A Qwen3 decoder in plain PyTorch.
+
+Module names mirror Hugging Face's (`model.layers.0.self_attn.q_proj`, ...), so a checkpoint's
+state dict loads without renaming. The forward pass is padding-aware: a boolean attention mask
+(True = real token) hides padded keys, and position ids count only each row's real tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import Qwen3Config
+from .kv_cache import KVCache
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm, computed in float32 whatever the weights' dtype."""
+
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotary_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """cos/sin tables for the given positions (batch, time) -> (batch, 1, time, head_dim)."""
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=position_ids.device).float() / head_dim)
+    )
+    angles = position_ids[..., None].float() * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)[:, None]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    """Grouped-query attention with per-head RMSNorm on queries and keys."""
+
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, cache: KVCache | None, layer: int):
+        batch, time, _ = x.shape
+        q = self.q_proj(x).view(batch, time, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(batch, time, self.n_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(batch, time, self.n_kv_heads, self.head_dim)
+        q = apply_rotary(self.q_norm(q).transpose(1, 2), cos, sin)
+        k = apply_rotary(self.k_norm(k).transpose(1, 2), cos, sin)
+        v = v.transpose(1, 2)
+        if cache is not None:
+            k, v = cache.write(layer, k, v)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv_heads
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(batch, time, -1))
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward."""
+
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, mask, cache, layer):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+def attention_mask_4d(key_mask: torch.Tensor, query_len: int) -> torch.Tensor:
+    """(batch, keys) validity -> (batch, 1, queries, keys) causal mask for the last `query_len` keys.
+
+    A padded query position has no valid key before it; letting it see itself keeps softmax
+    finite, and nothing real ever attends to it.
+    """
+    n_keys = key_mask.shape[1]
+    query_pos = torch.arange(n_keys - query_len, n_keys, device=key_mask.device)[:, None]
+    key_pos = torch.arange(n_keys, device=key_mask.device)[None, :]
+    causal = key_pos <= query_pos
+    return (causal & key_mask[:, None, None, :]) | (key_pos == query_pos)
+
+
+class Qwen3(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+    ) -> torch.Tensor:
+        """Logits for `input_ids` (batch, time).
+
+        Without a cache this is a full causal pass (training, scoring). With one, the new tokens'
+        keys and values are written into it and attention spans everything cached so far.
+        `last_only` projects to the vocabulary at the final position only: prefill needs no more,
+        and the vocabulary projection over every prompt position is the largest tensor of all.
+        """
+        batch, time = input_ids.shape
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+        if cache is not None:
+            key_mask = cache.append_mask(attention_mask)
+        else:
+            key_mask = attention_mask
+        if position_ids is None:
+            position_ids = (key_mask.cumsum(-1) - 1).clamp(min=0)[:, -time:]
+        mask = attention_mask_4d(key_mask, time)
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = rotary_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        for index, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, mask, cache, index)
+        if cache is not None:
+            cache.advance(time)
+        if last_only:
+            x = x[:, -1:]
+        return self.lm_head(self.model.norm(x))

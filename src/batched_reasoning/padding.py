@@ -1,0 +1,44 @@
+"""Left padding: many prompts of different lengths as one rectangular batch."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def left_pad(
+    sequences: Sequence[Sequence[int]], pad_token_id: int, device: str | torch.device = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (input_ids, attention_mask), both (batch, longest); mask True marks real tokens.
+
+    Padding goes on the left so every row's last real token sits in the last column: the next
+    token of all rows is then read from one position, and new tokens append in one column.
+    """
+    if not sequences:
+        raise ValueError("left_pad: no sequences given")
+    if any(len(s) == 0 for s in sequences):
+        raise ValueError("left_pad: empty sequence (every prompt needs at least one token)")
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.bool)
+    for row, seq in enumerate(sequences):
+        input_ids[row, width - len(seq):] = torch.as_tensor(seq, dtype=torch.long)
+        attention_mask[row, width - len(seq):] = True
+    return input_ids.to(device), attention_mask.to(device)
+
+
+def pad_fraction(lengths: Sequence[int]) -> float:
+    """Share of a left-padded batch's cells that are padding."""
+    return 1.0 - sum(lengths) / (len(lengths) * max(lengths))
+
+
+def batches(indices: Sequence[int], batch_size: int) -> list[list[int]]:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return [list(indices[i:i + batch_size]) for i in range(0, len(indices), batch_size)]
+
+
+def length_sorted(lengths: Sequence[int]) -> list[int]:
+    """Indices ordered longest first (stable), so a batch holds prompts of similar length."""
+    return sorted(range(len(lengths)), key=lambda i: -lengths[i])

@@ -1,0 +1,42 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from batched_reasoning.checkpoint import save_model
+from batched_reasoning.config import Qwen3Config
+from batched_reasoning.model import Qwen3
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+TINY = dict(
+    vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=512,
+)
+
+
+def random_model(seed: int = 0, **overrides) -> Qwen3:
+    """A randomly initialised Qwen3 whose norms are not all ones (so they are tested too)."""
+    torch.manual_seed(seed)
+    model = Qwen3(Qwen3Config(**(TINY | overrides)))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0, 0.5 if "embed" in name else 0.2)
+    return model.eval()
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path):
+    directory = tmp_path / "tiny"
+    save_model(random_model(), directory)
+    return directory
+
+
+def shared_file(name: str) -> Path:
+    path = SHARED_DATA / name
+    if not path.is_file():
+        pytest.skip(f"{path} not available")
+    return path

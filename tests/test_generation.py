@@ -1,0 +1,109 @@
+"""Batched generation must reproduce sequential generation token for token (float32)."""
+
+import random
+
+import pytest
+import torch
+from conftest import random_model
+
+from batched_reasoning.generation import STRATEGIES, generate
+from batched_reasoning.padding import left_pad, length_sorted
+from batched_reasoning.sampling import TopP
+
+EOS = 3
+PAD = 0
+
+
+def varied_prompts(n=8, seed=0):
+    rng = random.Random(seed)
+    lengths = [1, 117, 5, 64, 2, 33, 90, 12, 7, 50][:n]
+    return [[rng.randrange(4, 97) for _ in range(length)] for length in lengths]
+
+
+@pytest.fixture(scope="module")
+def model():
+    # A model whose EOS logit is boosted ends rows at different steps.
+    m = random_model(seed=7)
+    with torch.no_grad():
+        m.lm_head.weight[EOS] *= 2.5
+    return m
+
+
+def run(model, prompts, strategy, batch_size, **kw):
+    kw = dict(max_new_tokens=24, eos_token_id=EOS, pad_token_id=PAD) | kw
+    return generate(model, prompts, strategy=strategy, batch_size=batch_size, **kw)
+
+
+def test_rows_end_at_different_steps(model):
+    tokens = run(model, varied_prompts(), "sequential", 1).tokens
+    assert len({len(t) for t in tokens}) >= 3, "test needs rows that end at different steps"
+
+
+@pytest.mark.parametrize("strategy", ["batched", "batched_stop"])
+@pytest.mark.parametrize("batch_size", [1, 2, 3, 8])
+def test_batched_equals_sequential(model, strategy, batch_size):
+    prompts = varied_prompts()
+    expected = run(model, prompts, "sequential", 1).tokens
+    assert run(model, prompts, strategy, batch_size).tokens == expected
+
+
+def test_length_sorted_order_keeps_outputs_in_input_order(model):
+    prompts = varied_prompts()
+    expected = run(model, prompts, "sequential", 1).tokens
+    order = length_sorted([len(p) for p in prompts])
+    assert run(model, prompts, "batched_stop", 3, order=order).tokens == expected
+
+
+def test_no_eos_runs_full_length(model):
+    result = run(model, varied_prompts(4), "batched", 4, eos_token_id=None, max_new_tokens=10)
+    assert [len(t) for t in result.tokens] == [10] * 4
+    assert result.generated_tokens == 40
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_sampling_is_seeded_per_row(model, strategy):
+    prompts = varied_prompts()
+    sampler = lambda: TopP(temperature=1.0, top_p=0.9, seed=11)  # noqa: E731
+    one = run(model, prompts, "sequential", 1, sampler=sampler()).tokens
+    eight = run(model, prompts, strategy, 8, sampler=sampler()).tokens
+    assert one == eight
+    other_seed = run(model, prompts, strategy, 8, sampler=TopP(1.0, 0.9, seed=12)).tokens
+    assert other_seed != one
+
+
+def test_keys_name_the_random_stream(model):
+    prompt = varied_prompts(1)
+    sampler = TopP(temperature=1.5, top_p=1.0, seed=0)
+    same_prompt = [prompt[0]] * 4
+    tokens = run(model, same_prompt, "batched", 4, sampler=sampler,
+                 keys=[(0, s) for s in range(4)]).tokens
+    assert len({tuple(t) for t in tokens}) > 1, "different sample keys must give different samples"
+    again = run(model, [prompt[0]], "sequential", 1, sampler=TopP(1.5, 1.0, seed=0), keys=[(0, 2)])
+    assert again.tokens[0] == tokens[2]
+
+
+def test_padding_does_not_leak_into_real_tokens(model):
+    prompt = [5, 9, 14, 30]
+    alone, _ = left_pad([prompt], PAD)
+    padded, mask = left_pad([prompt, list(range(4, 40))], PAD)
+    with torch.no_grad():
+        ref = model(alone)[0]
+        got = model(padded, mask)[0, -len(prompt):]
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "prompts, kwargs, message",
+    [
+        ([], {}, "no prompts"),
+        ([[1, 2], []], {}, "prompt 1 is empty"),
+        ([[1, 2]], {"max_new_tokens": 0}, "max_new_tokens"),
+        ([[1] * 500], {"max_new_tokens": 20}, "context"),
+        ([[1]], {"strategy": "warp"}, "unknown strategy"),
+    ],
+)
+def test_bad_inputs(model, prompts, kwargs, message):
+    kwargs = {"strategy": "batched"} | kwargs
+    strategy = kwargs.pop("strategy")
+    with pytest.raises(ValueError, match=message):
+        run(model, prompts, strategy, 2, **kwargs)

@@ -1,0 +1,104 @@
+"""Our Qwen3 against Hugging Face transformers on the same weights."""
+
+import json
+
+import pytest
+import torch
+from conftest import random_model
+
+from batched_reasoning.checkpoint import CheckpointError, load_model, save_model
+from batched_reasoning.padding import left_pad
+
+transformers = pytest.importorskip("transformers")
+
+CONFIGS = [
+    dict(tie_word_embeddings=True),
+    dict(tie_word_embeddings=False, num_attention_heads=8, num_key_value_heads=2, head_dim=16,
+         rope_theta=10_000.0),
+]
+
+
+def hf_model_from(directory):
+    return transformers.Qwen3ForCausalLM.from_pretrained(
+        directory, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+
+
+@pytest.mark.parametrize("overrides", CONFIGS)
+def test_logits_match_transformers_saved_by_hf(tmp_path, overrides):
+    ours = random_model(seed=1, **overrides)
+    hf_config = transformers.Qwen3Config(**ours.cfg.to_dict())
+    hf = transformers.Qwen3ForCausalLM(hf_config).eval()
+    hf.load_state_dict(ours.state_dict(), strict=False)
+    hf.save_pretrained(tmp_path / "hf")
+    loaded = load_model(tmp_path / "hf")
+
+    ids = torch.randint(0, ours.cfg.vocab_size, (1, 40))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids), hf(ids).logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("overrides", CONFIGS)
+def test_left_padded_batch_matches_transformers(tmp_path, overrides):
+    ours = random_model(seed=2, **overrides)
+    save_model(ours, tmp_path / "ours")
+    hf = hf_model_from(tmp_path / "ours")
+    prompts = [[5, 6, 7], list(range(1, 30)), [9] * 11]
+    ids, mask = left_pad(prompts, pad_token_id=0)
+    position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        expected = hf(ids, attention_mask=mask.long(), position_ids=position_ids).logits
+        got = ours(ids, mask)
+    torch.testing.assert_close(got[mask], expected[mask], atol=1e-5, rtol=0)
+
+
+def test_saved_checkpoint_roundtrip(tmp_path):
+    ours = random_model(seed=3, tie_word_embeddings=False)
+    save_model(ours, tmp_path / "ckpt")
+    again = load_model(tmp_path / "ckpt")
+    ids = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(ours(ids), again(ids))
+
+
+def test_bfloat16_load(tiny_checkpoint):
+    model = load_model(tiny_checkpoint, dtype="bfloat16")
+    assert model.dtype == torch.bfloat16
+    with torch.no_grad():
+        assert model(torch.tensor([[1, 2, 3]])).isfinite().all()
+
+
+def test_sharded_checkpoint(tmp_path, tiny_checkpoint):
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(tiny_checkpoint / "model.safetensors")
+    names = sorted(tensors)
+    shards = {"a.safetensors": names[: len(names) // 2], "b.safetensors": names[len(names) // 2:]}
+    directory = tmp_path / "sharded"
+    directory.mkdir()
+    (directory / "config.json").write_text((tiny_checkpoint / "config.json").read_text())
+    weight_map = {}
+    for file, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, directory / file)
+        weight_map |= {k: file for k in keys}
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    ids = torch.tensor([[4, 5, 6]])
+    with torch.no_grad():
+        assert torch.equal(load_model(directory)(ids), load_model(tiny_checkpoint)(ids))
+
+
+def test_bad_checkpoints_name_file_and_key(tmp_path, tiny_checkpoint):
+    with pytest.raises(CheckpointError, match="not found"):
+        load_model(tmp_path / "nowhere")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text((tiny_checkpoint / "config.json").read_text())
+    with pytest.raises(CheckpointError, match="no weights found"):
+        load_model(empty)
+    config = json.loads((tiny_checkpoint / "config.json").read_text())
+    config["hidden_size"] = 48
+    (tiny_checkpoint / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"model.safetensors.*embed_tokens.*shape"):
+        load_model(tiny_checkpoint)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        load_model(tiny_checkpoint, dtype="float8")
