@@ -22,7 +22,6 @@ from tqdm.auto import tqdm
 
 from .kv_cache import KVCache
 from .padding import batches, left_pad
-from .sampling import Greedy
 
 STRATEGIES = ("sequential", "batched", "batched_stop")
 
@@ -38,6 +37,16 @@ class GenerationResult:
     @property
     def generated_tokens(self) -> int:
         return sum(len(t) for t in self.tokens)
+
+
+class Greedy:
+    """Pick the most likely token; the sampler interface with no randomness to seed."""
+
+    def start(self, keys: Sequence[Sequence[int]], device) -> None:
+        pass
+
+    def __call__(self, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        return logits.argmax(dim=-1)
 
 
 def _sync(device: torch.device) -> None:

@@ -1,4 +1,4 @@
-"""Next-token samplers.
+"""Temperature and top-p sampling (greedy decoding is generation's default).
 
 A sampled row draws its random numbers from its own generator, seeded from a key that names the
 row (e.g. problem and sample index). A row's text then does not depend on the batch it shares.
@@ -16,14 +16,6 @@ import torch
 def row_seed(seed: int, key: Sequence[int]) -> int:
     """A 63-bit seed mixed from the run seed and a row's key, stable across processes."""
     return int(np.random.SeedSequence([seed, *key]).generate_state(1, dtype=np.uint64)[0] >> 1)
-
-
-class Greedy:
-    def start(self, keys: Sequence[Sequence[int]], device) -> None:
-        pass
-
-    def __call__(self, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
-        return logits.argmax(dim=-1)
 
 
 @dataclass
