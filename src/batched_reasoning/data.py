@@ -12,6 +12,8 @@ import os
 import random
 from pathlib import Path
 
+from .io import write_jsonl
+
 REQUIRED_FIELDS = ("problem", "answer")
 _MAX_LISTED_ERRORS = 10
 _FIX_HINT = (
@@ -230,3 +232,10 @@ def make_arith(seed: int, n_train: int, n_test: int) -> dict[str, list[dict]]:
         random.Random(f"arith-train-{seed}"), n_train, "train", {r["problem"] for r in test}, unique=False
     )
     return {"train": train, "test": test}
+
+
+def import_records(source: str | os.PathLike, destination: str | os.PathLike) -> list[dict]:
+    """Validate a MATH-500-format file and store it as the workflow's JSONL."""
+    records = load_records(source)
+    write_jsonl(records, destination)
+    return records

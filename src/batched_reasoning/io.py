@@ -44,3 +44,22 @@ def write_jsonl(records: Iterable[dict], path: str | os.PathLike) -> None:
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+@contextlib.contextmanager
+def log_to(path: str | os.PathLike) -> Iterator[None]:
+    """Send a job's stdout and stderr (progress bars, warnings, tracebacks) to its log file."""
+    import sys
+    import traceback
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", buffering=1) as log:
+        saved = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = log
+        try:
+            yield
+        except BaseException:
+            traceback.print_exc(file=log)
+            raise
+        finally:
+            sys.stdout, sys.stderr = saved

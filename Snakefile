@@ -1,0 +1,21 @@
+# batched-reasoning: throughput experiments on reasoning LLMs (the book's Appendix E, measured).
+from snakemake.utils import min_version
+
+min_version("9.20")
+
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/tokenize.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        rules.evaluate_table.output,

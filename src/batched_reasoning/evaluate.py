@@ -1,0 +1,123 @@
+"""Stages `tokenize` and `evaluate`: render prompts, pad them into batches, generate, grade."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from .checkpoint import load_model
+from .generation import generate
+from .grading import extract_answer, is_correct
+from .io import atomic_path, read_json, read_jsonl, write_json, write_jsonl
+from .memory import PeakMemory
+from .padding import batches, left_pad, length_sorted, pad_fraction
+from .prompts import TextTokenizer, format_prompt
+from .provenance import resolve_device, run_info
+
+
+def tokenize(
+    model_dir: str, records_path: str, out_batches: str, out_stats: str, *,
+    prompt_style: str, batch_size: int, sort_by_length: bool, limit: int | None,
+) -> None:
+    """Write the left-padded batches (safetensors) and padding statistics (JSON).
+
+    Statistics cover both input order and length-sorted order, so the padding that sorting saves
+    is visible whichever the config picks.
+    """
+    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
+    records = read_jsonl(records_path)[:limit]
+    prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style)) for r in records]
+    lengths = [len(p) for p in prompts]
+    orders = {"input": list(range(len(prompts))), "sorted": length_sorted(lengths)}
+    stats = {"batch_size": batch_size, "sort_by_length": sort_by_length, "n_prompts": len(prompts),
+             "prompt_tokens": sum(lengths), "max_prompt_tokens": max(lengths)}
+    for name, order in orders.items():
+        groups = batches(order, batch_size)
+        padded = sum(len(g) * max(lengths[r] for r in g) for g in groups)
+        stats[f"pad_fraction_{name}"] = 1 - sum(lengths) / padded
+        stats[f"batch_pad_fractions_{name}"] = [pad_fraction([lengths[r] for r in g]) for g in groups]
+    tensors = {}
+    for index, rows in enumerate(batches(orders["sorted" if sort_by_length else "input"], batch_size)):
+        input_ids, attention_mask = left_pad([prompts[r] for r in rows], tokenizer.pad_token_id)
+        tensors[f"{index:06d}.input_ids"] = input_ids
+        tensors[f"{index:06d}.attention_mask"] = attention_mask
+        tensors[f"{index:06d}.rows"] = torch.tensor(rows)
+    with atomic_path(out_batches) as tmp:
+        save_file(tensors, tmp)
+    stats["pad_fraction"] = stats["pad_fraction_sorted" if sort_by_length else "pad_fraction_input"]
+    write_json(stats, out_stats)
+
+
+def load_batches(path: str) -> tuple[list[list[int]], list[int]]:
+    """Prompts (input order, padding removed) and the order they were batched in."""
+    tensors = load_file(path)
+    prefixes = sorted({k.split(".")[0] for k in tensors})
+    order, by_row = [], {}
+    for prefix in prefixes:
+        ids, mask = tensors[f"{prefix}.input_ids"], tensors[f"{prefix}.attention_mask"]
+        for row, r in enumerate(tensors[f"{prefix}.rows"].tolist()):
+            by_row[r] = ids[row][mask[row]].tolist()
+            order.append(r)
+    return [by_row[r] for r in range(len(order))], order
+
+
+def evaluate(
+    model_dir: str, batches_path: str, records_path: str, stats_path: str,
+    out_records: str, out_metrics: str, *,
+    strategy: str, batch_size: int, device: str, dtype: str, max_new_tokens: int,
+    prompt_style: str, threads: int, params: dict, labels: dict,
+) -> dict:
+    """Greedy generation over the padded batches; one graded record per problem plus metrics."""
+    torch_device = resolve_device(device)  # fail before any work
+    torch.set_num_threads(threads)
+    prompts, order = load_batches(batches_path)
+    records = read_jsonl(records_path)[: len(prompts)]
+    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
+    model = load_model(model_dir, dtype=dtype, device=torch_device)
+    with PeakMemory(torch_device) as memory:
+        start = time.perf_counter()
+        result = generate(
+            model, prompts, strategy=strategy, batch_size=batch_size, order=order,
+            max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id, progress=True,
+        )
+        wall = time.perf_counter() - start
+    outputs = []
+    for index, (record, tokens) in enumerate(zip(records, result.tokens)):
+        text = tokenizer.decode(tokens)
+        extracted = extract_answer(text)
+        outputs.append({
+            "index": index, "problem": record["problem"], "gtruth_answer": record["answer"],
+            "level": record.get("level"), "generated_text": text, "generated_ids": tokens,
+            "extracted": extracted, "correct": is_correct(extracted, record["answer"]),
+            "latency_seconds": result.latency[index],
+        })
+    write_jsonl(outputs, out_records)
+    metrics = labels | {
+        "n_problems": len(outputs),
+        "accuracy": float(np.mean([o["correct"] for o in outputs])),
+        "accuracy_by_level": accuracy_by_level(outputs),
+        "wall_seconds": wall,
+        "prefill_seconds": result.prefill_seconds,
+        "decode_seconds": result.decode_seconds,
+        "generated_tokens": result.generated_tokens,
+        "tokens_per_second": result.generated_tokens / wall,
+        "pad_fraction": read_json(stats_path)["pad_fraction"],
+        "peak_memory_mb": memory.peak_mb,
+        "latency_p50_seconds": float(np.percentile(result.latency, 50)),
+        "latency_p95_seconds": float(np.percentile(result.latency, 95)),
+        "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
+    } | run_info(params, torch_device, "evaluate")
+    write_json(metrics, out_metrics)
+    return metrics
+
+
+def accuracy_by_level(outputs: list[dict]) -> dict[str, float]:
+    levels = sorted({o["level"] for o in outputs if o.get("level") is not None})
+    return {
+        str(level): float(np.mean([o["correct"] for o in outputs if o["level"] == level]))
+        for level in levels
+    }

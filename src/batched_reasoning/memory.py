@@ -1,0 +1,47 @@
+"""Peak memory of a code region: the CUDA allocator's peak, or sampled process RSS on CPU."""
+
+from __future__ import annotations
+
+import threading
+
+import psutil
+import torch
+
+
+class PeakMemory:
+    """Context manager; `peak_mb` after exit.
+
+    On CPU the process's resident set size is sampled by a thread every millisecond, since
+    `ru_maxrss` is a lifetime peak that cannot be reset between measurements in one process.
+    """
+
+    def __init__(self, device: torch.device | str, interval: float = 0.001):
+        self.device = torch.device(device)
+        self.interval = interval
+        self.peak_mb = 0.0
+
+    def __enter__(self) -> "PeakMemory":
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return self
+        self._process = psutil.Process()
+        self._peak = self._process.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._peak = max(self._peak, self._process.memory_info().rss)
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
+            return
+        self._stop.set()
+        self._thread.join()
+        self._peak = max(self._peak, self._process.memory_info().rss)
+        self.peak_mb = self._peak / 2**20

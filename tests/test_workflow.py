@@ -1,0 +1,96 @@
+"""End-to-end: the workflow on a tiny config, plus parse-time validation and lint."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+from workflow_helpers import REPO, SNAKEMAKE, TINY_CONFIG, copy_workflow, snakemake
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    workdir = copy_workflow(tmp_path_factory.mktemp("workflow"))
+    snakemake(workdir)
+    return workdir
+
+
+def test_evaluation_table_has_every_run(finished_run):
+    table = pd.read_csv(finished_run / "results/tables/evaluate.tsv", sep="\t")
+    runs = set(zip(table.strategy, table.batch_size))
+    assert runs == {("sequential", 1), ("batched", 1), ("batched", 3),
+                    ("batched_stop", 1), ("batched_stop", 3)}
+    assert (table.matches_sequential == "yes").all()
+    assert (table.tokens_per_s > 0).all() and (table.peak_mem_mb > 0).all()
+    assert table.best.eq("best").sum() == 1
+    assert (finished_run / "results/plots/evaluate.png").stat().st_size > 10_000
+    assert "Best on **cpu**" in (finished_run / "results/tables/evaluate.md").read_text()
+
+
+def test_metrics_record_provenance(finished_run):
+    metrics = yaml.safe_load(
+        (finished_run / "results/evaluate/toy/arith/batched/bs3/cpu/metrics.json").read_text())
+    assert metrics["seed"] == 0
+    assert metrics["config"]["max_new_tokens"] == 8
+    assert len(metrics["code_hash"]) == 16
+    assert metrics["packages"]["torch"].startswith("2.")
+    assert metrics["device_name"]
+
+
+def test_second_run_has_nothing_to_do(finished_run):
+    out = snakemake(finished_run, "-n")
+    assert "Nothing to be done" in out.stdout + out.stderr
+
+
+def test_report_builds_offline(finished_run):
+    snakemake(finished_run, "--report", "results/report.zip")
+    assert (finished_run / "results/report.zip").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    "section, key, value, named",
+    [
+        ("evaluate", "batch_sizes", [0], "batch_sizes"),
+        ("evaluate", "batch_sizes", ["x"], "batch_sizes"),
+        ("evaluate", "devices", ["tpu"], "devices"),
+        ("evaluate", "models", ["gpt-5"], "evaluate.models"),
+        ("evaluate", "datasets", ["gsm8k"], "evaluate.datasets"),
+        ("evaluate", "max_new_tokens", 0, "max_new_tokens"),
+    ],
+)
+def test_bad_config_fails_at_parse_time(tmp_path, section, key, value, named):
+    config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG))
+    config.setdefault(section, {})[key] = value
+    workdir = copy_workflow(tmp_path, config)
+    out = snakemake(workdir, "-n", check=False)
+    assert out.returncode != 0
+    assert named in out.stdout + out.stderr
+    assert not (workdir / "results").exists()
+
+
+def test_broken_dataset_record_is_named(tmp_path):
+    config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG))
+    config["datasets"]["mine"] = {"source": "local", "path": "mine.jsonl"}
+    config["evaluate"]["datasets"] = ["mine"]
+    workdir = copy_workflow(tmp_path, config)
+    (workdir / "mine.jsonl").write_text(
+        '{"problem": "1+1?", "answer": "2"}\n{"problem": "2+2?"}\n')
+    out = snakemake(workdir, "--until", "import_local_dataset", check=False)
+    assert out.returncode != 0
+    log = (workdir / "results/logs/import_local_dataset/mine.log").read_text()
+    assert "mine.jsonl" in log and "record 1" in log and "answer" in log
+    assert not (workdir / "resources/data/mine/test.jsonl").exists()
+
+
+def test_lint_and_format():
+    out = subprocess.run([*SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    lints = [line.strip() for line in text.splitlines() if line.strip().startswith("* ")]
+    allowed = "* Specify a conda environment or container for each rule."
+    assert lints and all(line.startswith(allowed) for line in lints), text
+    fmt = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow"],
+                         cwd=REPO, capture_output=True, text=True)
+    assert fmt.returncode == 0, fmt.stderr

@@ -1,0 +1,26 @@
+rule evaluate:
+    input:
+        model=model_input,
+        records=dataset_file,
+        batches="results/tokenized/{model}/{dataset}/bs{batch_size}.safetensors",
+        stats="results/tokenized/{model}/{dataset}/bs{batch_size}.stats.json",
+    output:
+        records="results/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl",
+        metrics="results/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json",
+    log:
+        "results/logs/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log",
+    benchmark:
+        "results/benchmarks/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
+    threads: config["threads"]
+    resources:
+        mem_mb=generation_mem_mb,
+        runtime="2h",
+        gpu=gpus,
+    params:
+        dtype=dtype_of,
+        max_new_tokens=EVAL["max_new_tokens"],
+        prompt_style=lambda w: config["models"][w.model]["prompt_style"],
+        seed=config["seed"],
+        code=CODE["evaluate"],
+    script:
+        "../scripts/evaluate.py"

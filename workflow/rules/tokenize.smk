@@ -1,0 +1,22 @@
+rule tokenize:
+    input:
+        model=model_input,
+        records=dataset_file,
+    output:
+        batches="results/tokenized/{model}/{dataset}/bs{batch_size}.safetensors",
+        stats="results/tokenized/{model}/{dataset}/bs{batch_size}.stats.json",
+    log:
+        "results/logs/tokenize/{model}/{dataset}/bs{batch_size}.log",
+    benchmark:
+        "results/benchmarks/tokenize/{model}/{dataset}/bs{batch_size}.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime="10m",
+    params:
+        prompt_style=lambda w: config["models"][w.model]["prompt_style"],
+        sort_by_length=EVAL["sort_by_length"],
+        limit=EVAL["limit"],
+        code=CODE["evaluate"],
+    script:
+        "../scripts/tokenize.py"

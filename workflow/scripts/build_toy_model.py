@@ -1,0 +1,8 @@
+from batched_reasoning.io import log_to
+from batched_reasoning.toy import build_toy_model
+
+with log_to(snakemake.log[0]):
+    build_toy_model(
+        snakemake.input.train, snakemake.output[0],
+        architecture=dict(snakemake.params.architecture), seed=snakemake.params.seed,
+    )

@@ -1,0 +1,11 @@
+from batched_reasoning.data import import_records
+from batched_reasoning.hub import download_dataset_file
+from batched_reasoning.io import log_to
+
+with log_to(snakemake.log[0]):
+    raw = download_dataset_file(
+        snakemake.params.repo_id, snakemake.params.filename,
+        snakemake.output.test + ".download", snakemake.params.revision,
+    )
+    import_records(raw, snakemake.output.test)
+    raw.unlink()

@@ -1,0 +1,17 @@
+from batched_reasoning.evaluate import evaluate
+from batched_reasoning.io import log_to
+
+with log_to(snakemake.log[0]):
+    evaluate(
+        snakemake.input.model, snakemake.input.batches, snakemake.input.records,
+        snakemake.input.stats, snakemake.output.records, snakemake.output.metrics,
+        strategy=snakemake.wildcards.strategy,
+        batch_size=int(snakemake.wildcards.batch_size),
+        device=snakemake.wildcards.device,
+        dtype=snakemake.params.dtype,
+        max_new_tokens=snakemake.params.max_new_tokens,
+        prompt_style=snakemake.params.prompt_style,
+        threads=snakemake.threads,
+        params=dict(snakemake.params.items()),
+        labels=dict(snakemake.wildcards.items()),
+    )

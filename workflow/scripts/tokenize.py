@@ -1,0 +1,12 @@
+from batched_reasoning.evaluate import tokenize
+from batched_reasoning.io import log_to
+
+with log_to(snakemake.log[0]):
+    tokenize(
+        snakemake.input.model, snakemake.input.records,
+        snakemake.output.batches, snakemake.output.stats,
+        prompt_style=snakemake.params.prompt_style,
+        batch_size=int(snakemake.wildcards.batch_size),
+        sort_by_length=snakemake.params.sort_by_length,
+        limit=snakemake.params.limit,
+    )
