@@ -16,6 +16,7 @@ TINY_CONFIG = {
     "toy": {"vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
             "intermediate_size": 64, "max_position_embeddings": 512},
+    "pretrain": {"steps": 20, "batch_size": 8, "checkpoint_every": 10},
     "evaluate": {"batch_sizes": [1, 3], "max_new_tokens": 8},
 }
 

@@ -35,7 +35,8 @@ EVAL = config["evaluate"]
 
 # Library code behind each stage: editing a module reruns exactly the stages that import it.
 CODE = {
-    stage: code_hash(stage) for stage in ("toy", "hub", "data", "evaluate", "tables")
+    stage: code_hash(stage)
+    for stage in ("toy", "pretrain", "hub", "data", "evaluate", "tables")
 }
 
 

@@ -24,7 +24,7 @@ rule build_toy_model:
     input:
         train="resources/data/arith/train.jsonl",
     output:
-        directory("resources/models/{model}"),
+        directory("results/pretrain/{model}/init"),
     log:
         "results/logs/build_toy_model/{model}.log",
     benchmark:
@@ -41,3 +41,42 @@ rule build_toy_model:
         code=CODE["toy"],
     script:
         "../scripts/build_toy_model.py"
+
+
+rule pretrain:
+    input:
+        init="results/pretrain/{model}/init",
+        train="resources/data/arith/train.jsonl",
+    output:
+        model=directory("resources/models/{model}"),
+        log_csv="results/pretrain/{model}/log.csv",
+        metrics="results/pretrain/{model}/metrics.json",
+        plot=report(
+            "results/pretrain/{model}/loss.png",
+            caption="../report/pretrain.rst",
+            category="Pretraining",
+        ),
+    log:
+        "results/logs/pretrain/{model}.log",
+    benchmark:
+        "results/benchmarks/pretrain/{model}.tsv"
+    wildcard_constraints:
+        model=alternation(names_of("toy", "models")),
+    threads: config["threads"]
+    resources:
+        mem_mb=2000,
+        runtime="1h",
+        gpu=1 if config["pretrain"]["device"] == "cuda" else 0,
+    params:
+        checkpoints=lambda w: f"results/pretrain/{w.model}/checkpoints",
+        steps=config["pretrain"]["steps"],
+        batch_size=config["pretrain"]["batch_size"],
+        lr=config["pretrain"]["lr"],
+        warmup=config["pretrain"]["warmup"],
+        weight_decay=config["pretrain"]["weight_decay"],
+        checkpoint_every=config["pretrain"]["checkpoint_every"],
+        device=config["pretrain"]["device"],
+        seed=config["seed"],
+        code=CODE["pretrain"],
+    script:
+        "../scripts/pretrain.py"

@@ -1,0 +1,86 @@
+"""Pretraining the toy model: the loss falls, the checkpoint reloads, a killed run resumes exactly."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from batched_reasoning.checkpoint import load_model
+from batched_reasoning.data import make_arith
+from batched_reasoning.io import write_jsonl
+from batched_reasoning.pretrain import batch_indices, learning_rate
+from batched_reasoning.toy import build_toy_model
+
+ARCH = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=512)
+
+
+@pytest.fixture(scope="module")
+def init(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pretrain")
+    write_jsonl(make_arith(0, 256, 10)["train"], root / "train.jsonl")
+    build_toy_model(root / "train.jsonl", root / "init", architecture=ARCH, seed=0)
+    return root
+
+
+def run_pretrain(root, out, steps, checkpoint_every=10**6):
+    """The pretraining stage in its own process, as the workflow runs it."""
+    kwargs = dict(steps=steps, batch_size=8, lr=3e-3, warmup=5, weight_decay=0.01,
+                  checkpoint_every=checkpoint_every, seed=0, device="cpu", threads=1, params={})
+    code = (
+        "from batched_reasoning.pretrain import pretrain; import json, sys; "
+        f"pretrain(*sys.argv[1:8], **json.loads({json.dumps(json.dumps(kwargs))}))"
+    )
+    paths = [root / "init", root / "train.jsonl", out / "model", out / "checkpoints",
+             out / "log.csv", out / "loss.png", out / "metrics.json"]
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, paths)])
+
+
+def test_loss_falls_and_checkpoint_reloads(init, tmp_path):
+    assert run_pretrain(init, tmp_path, steps=60).wait() == 0
+    log = pd.read_csv(tmp_path / "log.csv")
+    assert len(log) == 60
+    assert log.loss.tail(10).mean() < 0.7 * log.loss.head(5).mean()
+    model = load_model(tmp_path / "model")
+    assert (tmp_path / "model" / "tokenizer.json").is_file()
+    with torch.no_grad():
+        assert model(torch.tensor([[1, 2, 3]])).isfinite().all()
+
+
+def test_killed_run_resumes_to_identical_weights(init, tmp_path):
+    steps = 200
+    assert run_pretrain(init, tmp_path / "straight", steps).wait() == 0
+
+    killed = tmp_path / "killed"
+    proc = run_pretrain(init, killed, steps, checkpoint_every=20)
+    deadline = time.time() + 120
+    while not list((killed / "checkpoints").glob("step-*/trainer_state.pt")):
+        assert proc.poll() is None and time.time() < deadline, "no checkpoint before the end"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "model").exists(), "killed before the end: no final model"
+
+    assert run_pretrain(init, killed, steps, checkpoint_every=20).wait() == 0
+    metrics = json.loads((killed / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] > 0
+    straight = load_file(tmp_path / "straight" / "model" / "model.safetensors")
+    resumed = load_file(killed / "model" / "model.safetensors")
+    assert straight.keys() == resumed.keys()
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+    assert len(pd.read_csv(killed / "log.csv")) == steps
+
+
+def test_schedule_and_data_order_depend_only_on_step():
+    assert learning_rate(0, 100, 1.0, 10) == pytest.approx(0.1)
+    assert learning_rate(10, 100, 1.0, 10) == pytest.approx(1.0)
+    assert learning_rate(100, 100, 1.0, 10) == pytest.approx(0.1)
+    epoch = [batch_indices(s, 20, 5, seed=3) for s in range(4)]
+    assert sorted(sum((list(b) for b in epoch), [])) == list(range(20))
+    assert (batch_indices(5, 20, 5, seed=3) == batch_indices(5, 20, 5, seed=3)).all()
