@@ -12,6 +12,7 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/tokenize.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/self_consistency.smk"
 include: "workflow/rules/tables.smk"
 
 
@@ -19,3 +20,4 @@ rule all:
     default_target: True
     input:
         rules.evaluate_table.output,
+        rules.self_consistency_table.output,

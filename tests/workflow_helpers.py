@@ -18,6 +18,7 @@ TINY_CONFIG = {
             "intermediate_size": 64, "max_position_embeddings": 512},
     "pretrain": {"steps": 20, "batch_size": 8, "checkpoint_every": 10},
     "evaluate": {"batch_sizes": [1, 3], "max_new_tokens": 8},
+    "self_consistency": {"batch_sizes": [1, 3], "num_samples": 3, "max_new_tokens": 8, "limit": 4},
 }
 
 

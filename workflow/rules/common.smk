@@ -28,15 +28,24 @@ def check_known(section, key, catalogue):
             )
 
 
-check_known("evaluate", "models", "models")
-check_known("evaluate", "datasets", "datasets")
+for stage in ("evaluate", "self_consistency"):
+    check_known(stage, "models", "models")
+    check_known(stage, "datasets", "datasets")
 
 EVAL = config["evaluate"]
 
 # Library code behind each stage: editing a module reruns exactly the stages that import it.
 CODE = {
     stage: code_hash(stage)
-    for stage in ("toy", "pretrain", "hub", "data", "evaluate", "tables")
+    for stage in (
+        "toy",
+        "pretrain",
+        "hub",
+        "data",
+        "evaluate",
+        "self_consistency",
+        "tables",
+    )
 }
 
 
@@ -67,24 +76,25 @@ def dtype_of(wildcards):
     return config["dtype"][wildcards.device]
 
 
-def eval_runs():
-    """(model, dataset, strategy, batch_size, device) of every evaluation run.
+def sweep(section):
+    """(model, dataset, strategy, batch_size, device) of every run a stage's config asks for.
 
-    `sequential` is one prompt at a time whatever the batch size, so it runs once (size 1).
+    `sequential` is one sequence at a time whatever the batch size, so it runs once (size 1).
     """
-    for model in EVAL["models"]:
-        for dataset in EVAL["datasets"]:
-            for device in EVAL["devices"]:
-                for strategy in EVAL["strategies"]:
-                    sizes = [1] if strategy == "sequential" else EVAL["batch_sizes"]
+    cfg = config[section]
+    for model in cfg["models"]:
+        for dataset in cfg["datasets"]:
+            for device in cfg["devices"]:
+                for strategy in cfg["strategies"]:
+                    sizes = [1] if strategy == "sequential" else cfg["batch_sizes"]
                     for batch_size in sizes:
                         yield model, dataset, strategy, batch_size, device
 
 
-def eval_path(name):
+def sweep_paths(section, name):
     return [
-        f"results/evaluate/{m}/{d}/{s}/bs{b}/{dev}/{name}"
-        for m, d, s, b, dev in eval_runs()
+        f"results/{section}/{m}/{d}/{s}/bs{b}/{dev}/{name}"
+        for m, d, s, b, dev in sweep(section)
     ]
 
 

@@ -1,7 +1,7 @@
 rule evaluate_table:
     input:
-        metrics=eval_path("metrics.json"),
-        records=eval_path("records.jsonl"),
+        metrics=sweep_paths("evaluate", "metrics.json"),
+        records=sweep_paths("evaluate", "records.jsonl"),
     output:
         tsv=report(
             "results/tables/evaluate.tsv",
@@ -31,3 +31,38 @@ rule evaluate_table:
         code=CODE["tables"],
     script:
         "../scripts/evaluate_table.py"
+
+
+rule self_consistency_table:
+    input:
+        metrics=sweep_paths("self_consistency", "metrics.json"),
+        records=sweep_paths("self_consistency", "records.jsonl"),
+    output:
+        tsv=report(
+            "results/tables/self_consistency.tsv",
+            caption="../report/self_consistency_table.rst",
+            category="Self-consistency",
+        ),
+        md=report(
+            "results/tables/self_consistency.md",
+            caption="../report/self_consistency_table.rst",
+            category="Self-consistency",
+        ),
+        plot=report(
+            "results/plots/self_consistency.png",
+            caption="../report/self_consistency_plot.rst",
+            category="Self-consistency",
+        ),
+    log:
+        "results/logs/tables/self_consistency.log",
+    benchmark:
+        "results/benchmarks/tables/self_consistency.tsv"
+    localrule: True
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime="10m",
+    params:
+        code=[CODE["self_consistency"], CODE["tables"]],
+    script:
+        "../scripts/self_consistency_table.py"

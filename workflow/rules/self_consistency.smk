@@ -1,0 +1,33 @@
+SC = config["self_consistency"]
+
+
+rule self_consistency:
+    input:
+        model=model_input,
+        records=dataset_file,
+    output:
+        records="results/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl",
+        metrics="results/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json",
+    log:
+        "results/logs/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log",
+    benchmark:
+        "results/benchmarks/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
+    threads: config["threads"]
+    resources:
+        mem_mb=generation_mem_mb,
+        runtime="4h",
+        gpu=gpus,
+    params:
+        dtype=dtype_of,
+        prompt_style=lambda w: config["models"][w.model]["prompt_style"],
+        num_samples=SC["num_samples"],
+        temperature=SC["temperature"],
+        top_p=SC["top_p"],
+        max_new_tokens=SC["max_new_tokens"],
+        prompt_suffix=SC["prompt_suffix"],
+        early_stop=SC["early_stop"],
+        limit=SC["limit"],
+        seed=config["seed"],
+        code=CODE["self_consistency"],
+    script:
+        "../scripts/self_consistency.py"
