@@ -13,6 +13,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/tokenize.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/self_consistency.smk"
+include: "workflow/rules/grpo.smk"
 include: "workflow/rules/tables.smk"
 
 
@@ -21,3 +22,4 @@ rule all:
     input:
         rules.evaluate_table.output,
         rules.self_consistency_table.output,
+        rules.grpo_table.output,

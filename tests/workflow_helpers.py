@@ -19,6 +19,8 @@ TINY_CONFIG = {
     "pretrain": {"steps": 20, "batch_size": 8, "checkpoint_every": 10},
     "evaluate": {"batch_sizes": [1, 3], "max_new_tokens": 8},
     "self_consistency": {"batch_sizes": [1, 3], "num_samples": 3, "max_new_tokens": 8, "limit": 4},
+    "grpo": {"batch_sizes": [4], "steps": 4, "num_rollouts": 4, "max_new_tokens": 8,
+             "checkpoint_every": 2, "eval_every": 2, "eval_problems": 4},
 }
 
 
@@ -34,9 +36,10 @@ def copy_workflow(destination: Path, config: dict | None = None) -> Path:
     return destination
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900):
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1800, env=None):
     cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "tiny.yaml", *args]
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout,
+                          env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc

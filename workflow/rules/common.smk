@@ -28,11 +28,12 @@ def check_known(section, key, catalogue):
             )
 
 
-for stage in ("evaluate", "self_consistency"):
+for stage in ("evaluate", "self_consistency", "grpo"):
     check_known(stage, "models", "models")
     check_known(stage, "datasets", "datasets")
 
 EVAL = config["evaluate"]
+GRPO = config["grpo"]
 
 # Library code behind each stage: editing a module reruns exactly the stages that import it.
 CODE = {
@@ -44,6 +45,7 @@ CODE = {
         "data",
         "evaluate",
         "self_consistency",
+        "grpo",
         "tables",
     )
 }
@@ -106,3 +108,9 @@ def generation_mem_mb(wildcards, attempt):
 
 def gpus(wildcards):
     return 1 if wildcards.device == "cuda" else 0
+
+
+def grpo_mem_mb(wildcards, attempt):
+    """Weights, gradients and AdamW state (four copies of the model) plus the rollouts."""
+    base = 2000 if config["models"][wildcards.model]["source"] == "toy" else 16000
+    return attempt * (base + 200 * int(wildcards.batch_size))

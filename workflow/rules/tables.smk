@@ -66,3 +66,38 @@ rule self_consistency_table:
         code=[CODE["self_consistency"], CODE["tables"]],
     script:
         "../scripts/self_consistency_table.py"
+
+
+rule grpo_table:
+    input:
+        metrics=sweep_paths("grpo", "metrics.json"),
+        logs=sweep_paths("grpo", "log.csv"),
+    output:
+        tsv=report(
+            "results/tables/grpo.tsv",
+            caption="../report/grpo_table.rst",
+            category="GRPO",
+        ),
+        md=report(
+            "results/tables/grpo.md",
+            caption="../report/grpo_table.rst",
+            category="GRPO",
+        ),
+        plot=report(
+            "results/plots/grpo.png",
+            caption="../report/grpo_plot.rst",
+            category="GRPO",
+        ),
+    log:
+        "results/logs/tables/grpo.log",
+    benchmark:
+        "results/benchmarks/tables/grpo.tsv"
+    localrule: True
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime="10m",
+    params:
+        code=[CODE["grpo"], CODE["tables"]],
+    script:
+        "../scripts/grpo_table.py"

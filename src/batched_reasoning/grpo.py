@@ -1,0 +1,368 @@
+"""Stage `grpo`: reinforcement learning with verifiable rewards (the book's chapter 6), with
+each step's rollouts generated together (Appendix E.6).
+
+A step samples `num_rollouts` answers to one training problem, rewards each 1 if its extracted
+answer is correct and 0 if not, turns the rewards into group-relative advantages, and raises the
+log-probability of the better-than-average answers while lowering the others'. Generation is
+where the time goes, so rollouts go through `generate` with the run's strategy and batch size.
+Each rollout draws its randomness from its own stream keyed by (seed, step, rollout): the same
+rollouts come out whatever the strategy or batch size (up to float rounding), and after a resume.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from .checkpoint import load_model, save_model
+from .generation import generate
+from .grading import extract_answer, is_correct
+from .io import atomic_path, read_json, read_jsonl, write_json
+from .memory import PeakMemory
+from .padding import left_pad
+from .prompts import TextTokenizer, format_prompt
+from .provenance import resolve_device, run_info
+from .sampling import TopP
+from .tables import RUN_KEYS, mark_best
+from .training import resume, save_training_state, seed_everything, token_logprobs
+
+ADVANTAGE_EPS = 1e-4
+# Evaluation is not what the runs compare, so it uses one batch size everywhere: accuracies of
+# runs with different rollout batch sizes then come from the same computation.
+EVAL_BATCH_SIZE = 16
+LOG_COLUMNS = [
+    "step", "loss", "reward_avg", "reward_std", "skipped", "grad_norm", "tokens_per_sec",
+    "avg_response_len", "gen_seconds", "update_seconds", "step_seconds", "peak_mem_mb",
+    "eval_acc", "eval_seconds",
+]
+
+
+def reward(text: str, answer: str) -> float:
+    """The book's verifiable reward: 1 for a correct final answer, else 0.
+
+    Answers are extracted as in evaluation (last \\boxed{}, else last number); the book's
+    `reward_rlvr` accepts only a \\boxed{} answer.
+    """
+    return float(is_correct(extract_answer(text), answer))
+
+
+def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """(r - mean) / (std + 1e-4) within one problem's group of rollouts.
+
+    The standard deviation is the sample one (n - 1 in the denominator), as the book's
+    `rewards.std()` (torch's default). Equal rewards give zero advantages: nothing to learn.
+    """
+    return (rewards - rewards.mean()) / (rewards.std() + ADVANTAGE_EPS)
+
+
+def scored_completion(tokens: list[int], eos_token_id: int, max_new_tokens: int) -> list[int]:
+    """A rollout's tokens as the policy chose them: with the end token if it stopped itself.
+
+    `generate` drops the end token; the policy must be credited for choosing it too, or it never
+    learns when to stop. A rollout `max_new_tokens` long was cut off and chose no end token.
+    """
+    return tokens + [eos_token_id] if len(tokens) < max_new_tokens else list(tokens)
+
+
+def completion_logprobs(model, prompt: list[int], completions: list[list[int]],
+                        pad_token_id: int) -> torch.Tensor:
+    """Summed log-probability of each completion after `prompt`, shape (n,).
+
+    One left-padded forward pass over all prompt + completion sequences; prompt and padding
+    positions are masked out, so each row equals its own unpadded pass.
+    """
+    input_ids, attention_mask = left_pad([prompt + c for c in completions], pad_token_id,
+                                         model.device)
+    width = input_ids.shape[1]
+    lengths = torch.tensor([len(c) for c in completions], device=model.device)
+    is_completion = torch.arange(width, device=model.device)[None, :] >= width - lengths[:, None]
+    # entry t of token_logprobs scores token t + 1
+    logprobs = token_logprobs(model, input_ids, attention_mask)
+    return logprobs.masked_fill(~is_completion[:, 1:], 0.0).sum(-1)
+
+
+def policy_loss(logprobs: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """The book's policy-gradient loss: minus the mean advantage-weighted sequence log-prob."""
+    return -(advantages.to(logprobs.device) * logprobs).mean()
+
+
+def policy_update(model, optimizer, prompt, completions, advantages, pad_token_id,
+                  grad_clip: float) -> tuple[float, float]:
+    """One AdamW step on the group's loss; returns (loss, gradient norm before clipping)."""
+    loss = policy_loss(completion_logprobs(model, prompt, completions, pad_token_id), advantages)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss.item(), grad_norm.item()
+
+
+def eval_accuracy(model, tokenizer, prompts, answers, max_new_tokens: int) -> float:
+    """Greedy accuracy on held-out problems."""
+    result = generate(
+        model, prompts, strategy="batched_stop", batch_size=EVAL_BATCH_SIZE,
+        max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return float(np.mean([reward(tokenizer.decode(t), a) for t, a in zip(result.tokens, answers)]))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def claim_work_dir(work_dir: Path, params: dict, inputs: list) -> None:
+    """Keep `work_dir`'s checkpoints only if they come from this exact run.
+
+    A rerun after a config or code change (the params hold the code hash) or with a rebuilt
+    model or dataset must start afresh, not resume training that no longer applies. Inputs are
+    recognised by size and modification time, which rebuilding them changes.
+    """
+    files = sorted(f for p in map(Path, inputs) for f in (p.iterdir() if p.is_dir() else [p]))
+    identity = {"params": params,
+                "inputs": {str(f): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}}
+    identity = json.loads(json.dumps(identity, sort_keys=True, default=str))
+    marker = work_dir / "run.json"
+    if marker.is_file() and read_json(marker) == identity:
+        return
+    if work_dir.exists():
+        print(f"{work_dir}: checkpoints of another run, starting afresh", flush=True)
+        shutil.rmtree(work_dir)
+    write_json(identity, marker)
+
+
+def save_checkpoint(work_dir: Path, model, optimizer, step: int, source, rows: list[dict]):
+    """Save the training state and drop older checkpoints (only the latest is ever resumed)."""
+    saved = save_training_state(work_dir, model, optimizer, step, source, {"rows": rows})
+    for old in work_dir.glob("step-*"):
+        if old != saved:
+            shutil.rmtree(old)
+
+
+def train_grpo(
+    model_dir: str, train_path: str, test_path: str, out_model: str, log_csv: str,
+    metrics_json: str, curve_png: str, work_dir: str, *,
+    strategy: str, batch_size: int, device: str, dtype: str, steps: int, num_rollouts: int,
+    max_new_tokens: int, temperature: float, top_p: float, lr: float, grad_clip: float,
+    seed: int, checkpoint_every: int, eval_every: int, eval_problems: int,
+    skip_zero_advantage: bool, prompt_style: str, threads: int, params: dict, labels: dict,
+) -> dict:
+    """Train for `steps` GRPO steps; resumes from the latest checkpoint in `work_dir`.
+
+    Step s (0-based) trains on train record s mod n, as the book. Log row `step` k is the state
+    after k steps; row 0 holds only the accuracy before training. Response lengths and rollout
+    tokens/s count generated tokens without the end token, as `generate` reports them.
+    """
+    if num_rollouts < 2:
+        raise ValueError(f"num_rollouts must be >= 2 (advantages compare them), got {num_rollouts}")
+    torch_device = resolve_device(device)
+    torch.set_num_threads(threads)
+    work_dir = Path(work_dir)
+    claim_work_dir(work_dir, params, [model_dir, train_path, test_path])
+    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
+    train = read_jsonl(train_path)
+    test = read_jsonl(test_path)[:eval_problems]
+    eval_prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style)) for r in test]
+    eval_answers = [r["answer"] for r in test]
+    sampler = TopP(temperature, top_p, seed)
+
+    def make_optimizer(model):
+        return torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def evaluate_into(row: dict) -> None:
+        tick = time.perf_counter()
+        row["eval_acc"] = eval_accuracy(model, tokenizer, eval_prompts, eval_answers,
+                                        max_new_tokens)
+        row["eval_seconds"] = time.perf_counter() - tick
+        print(f"step {row['step']}: eval accuracy {row['eval_acc']:.3f}", flush=True)
+
+    resumed = resume(work_dir, make_optimizer, dtype, torch_device)
+    if resumed:
+        model, optimizer, start, extra = resumed
+        rows = extra["rows"]
+    else:
+        seed_everything(seed)
+        model = load_model(model_dir, dtype=dtype, device=torch_device)
+        optimizer, start, rows = make_optimizer(model), 0, [{"step": 0}]
+        evaluate_into(rows[0])
+    started = time.perf_counter()
+    for step in range(start, steps):
+        record = train[step % len(train)]
+        prompt = tokenizer.encode(format_prompt(record["problem"], prompt_style))
+        with PeakMemory(torch_device) as memory:
+            tick = time.perf_counter()
+            result = generate(
+                model, [prompt] * num_rollouts, strategy=strategy, batch_size=batch_size,
+                max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id, sampler=sampler,
+                keys=[(step, r) for r in range(num_rollouts)],
+            )
+            gen_seconds = time.perf_counter() - tick
+            rewards = torch.tensor([reward(tokenizer.decode(t), record["answer"])
+                                    for t in result.tokens])
+            skipped = skip_zero_advantage and bool((rewards == rewards[0]).all())
+            update_start = time.perf_counter()
+            if skipped:
+                loss, grad_norm = 0.0, float("nan")
+            else:
+                completions = [scored_completion(t, tokenizer.eos_token_id, max_new_tokens)
+                               for t in result.tokens]
+                loss, grad_norm = policy_update(
+                    model, optimizer, prompt, completions, group_advantages(rewards),
+                    tokenizer.pad_token_id, grad_clip,
+                )
+                _sync(torch_device)
+            update_seconds = time.perf_counter() - update_start
+            step_seconds = time.perf_counter() - tick
+        row = {
+            "step": step + 1, "loss": loss, "reward_avg": rewards.mean().item(),
+            "reward_std": rewards.std().item(), "skipped": skipped, "grad_norm": grad_norm,
+            "tokens_per_sec": result.generated_tokens / gen_seconds,
+            "avg_response_len": result.generated_tokens / num_rollouts,
+            "gen_seconds": gen_seconds, "update_seconds": update_seconds,
+            "step_seconds": step_seconds, "peak_mem_mb": memory.peak_mb,
+        }
+        rows.append(row)
+        print(f"step {step + 1}/{steps} loss {loss:.4f} reward {row['reward_avg']:.3f}"
+              f"{' (skipped: all rewards equal)' if skipped else ''}", flush=True)
+        last = step + 1 == steps
+        if (step + 1) % eval_every == 0 or last:
+            evaluate_into(row)
+        if (step + 1) % checkpoint_every == 0 or last:
+            save_checkpoint(work_dir, model, optimizer, step + 1, model_dir, rows)
+    save_model(model, out_model, source=model_dir)
+    log = pd.DataFrame(rows).reindex(columns=LOG_COLUMNS)
+    with atomic_path(log_csv) as tmp:
+        log.to_csv(tmp, index=False)
+    plot_curve(log, curve_png, f"GRPO {labels['model']} on {labels['dataset']} "
+                               f"({strategy}, bs {batch_size}, {device})")
+    metrics = labels | summarize(log) | {
+        "steps": steps, "num_rollouts": num_rollouts, "resumed_from_step": start,
+        "wall_seconds_this_run": time.perf_counter() - started,
+        "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
+    } | run_info(params, torch_device, "grpo")
+    write_json(metrics, metrics_json)
+    return metrics
+
+
+def summarize(log: pd.DataFrame) -> dict:
+    """A run's totals from its per-step log (row 0, before training, only gives eval_acc)."""
+    steps = log[log["step"] > 0]
+    quarter = max(1, len(steps) // 4)
+    evals = log.dropna(subset=["eval_acc"])
+    return {
+        "train_seconds": float(steps["step_seconds"].sum()),
+        "gen_seconds_per_step": float(steps["gen_seconds"].mean()),
+        "update_seconds_per_step": float(steps["update_seconds"].mean()),
+        "rollout_tokens": float((steps["tokens_per_sec"] * steps["gen_seconds"]).sum()),
+        "rollout_tokens_per_second": float(
+            (steps["tokens_per_sec"] * steps["gen_seconds"]).sum() / steps["gen_seconds"].sum()),
+        "peak_memory_mb": float(steps["peak_mem_mb"].max()),
+        "reward_first_quarter": float(steps["reward_avg"].head(quarter).mean()),
+        "reward_last_quarter": float(steps["reward_avg"].tail(quarter).mean()),
+        "skipped_updates": int(steps["skipped"].astype(bool).sum()),
+        "eval_acc_before": float(evals["eval_acc"].iloc[0]),
+        "eval_acc_after": float(evals["eval_acc"].iloc[-1]),
+    }
+
+
+def _save(fig, png: str) -> None:
+    fig.tight_layout()
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
+def moving_average(values: pd.Series, window: int = 10) -> pd.Series:
+    return values.rolling(window, min_periods=1).mean()
+
+
+def plot_curve(log: pd.DataFrame, png: str, title: str) -> None:
+    """One run's learning curve: reward per step with its moving average, and eval accuracy."""
+    steps = log[log["step"] > 0]
+    evals = log.dropna(subset=["eval_acc"])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps["step"], steps["reward_avg"], ".", alpha=0.4, label="reward (group mean)")
+    ax.plot(steps["step"], moving_average(steps["reward_avg"]), label="moving average (10)")
+    ax.plot(evals["step"], evals["eval_acc"], "o-", label="eval accuracy (greedy)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward / accuracy")
+    ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.suptitle(title)
+    _save(fig, png)
+
+
+def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
+    """One row per run; speedup is sequential's training time over the run's (same setup)."""
+    runs = pd.DataFrame([read_json(p) for p in metrics_paths])
+    same_setup = ["model", "dataset", "device", "dtype"]
+    rows = []
+    for _, run in runs.iterrows():
+        baseline = runs[(runs[same_setup] == run[same_setup]).all(axis=1)
+                        & (runs["strategy"] == "sequential")]
+        rows.append({k: run[k] for k in RUN_KEYS} | {
+            "time_s": run["train_seconds"],
+            "tokens_per_s": run["rollout_tokens_per_second"],
+            "gen_s_per_step": run["gen_seconds_per_step"],
+            "update_s_per_step": run["update_seconds_per_step"],
+            "peak_mem_mb": run["peak_memory_mb"],
+            "reward_first_quarter": run["reward_first_quarter"],
+            "reward_final": run["reward_last_quarter"],
+            "eval_acc_before": run["eval_acc_before"],
+            "eval_acc_after": run["eval_acc_after"],
+            "skipped_updates": run["skipped_updates"],
+            "speedup_vs_sequential": (baseline.iloc[0]["train_seconds"] / run["train_seconds"]
+                                      if not baseline.empty else None),
+        })
+    table = pd.DataFrame(rows).sort_values(RUN_KEYS, ignore_index=True)
+    table["best"] = mark_best(table, ["model", "dataset", "device"], "tokens_per_s").map(
+        {True: "best", False: ""})
+    return table
+
+
+def plot_grpo(metrics_paths: list[str], log_paths: list[str], png: str, title: str) -> None:
+    """All runs: reward moving average and eval accuracy per step, and time per step split into
+    rollout generation and policy update."""
+    runs = [read_json(p) for p in metrics_paths]
+    several_setups = len({(run["model"], run["dataset"]) for run in runs}) > 1
+    fig, (reward_ax, eval_ax, time_ax) = plt.subplots(1, 3, figsize=(15, 4))
+    names, gen, update = [], [], []
+    for run, log_path in zip(runs, log_paths):
+        log = pd.read_csv(log_path)
+        name = f"{run['device']} {run['strategy']} bs{run['batch_size']}"
+        if several_setups:
+            name += f" ({run['model']}/{run['dataset']})"
+        steps = log[log["step"] > 0]
+        evals = log.dropna(subset=["eval_acc"])
+        reward_ax.plot(steps["step"], moving_average(steps["reward_avg"]), label=name)
+        eval_ax.plot(evals["step"], evals["eval_acc"], "o-", label=name)
+        names.append(name)
+        gen.append(run["gen_seconds_per_step"])
+        update.append(run["update_seconds_per_step"])
+    reward_ax.set_ylabel("reward, moving average (10 steps)")
+    eval_ax.set_ylabel("eval accuracy (greedy)")
+    for ax in (reward_ax, eval_ax):
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.05, 1.05)
+        ax.grid(alpha=0.3)
+    reward_ax.legend(fontsize=7)
+    time_ax.barh(names, gen, label="rollout generation")
+    time_ax.barh(names, update, left=gen, label="policy update")
+    time_ax.set_xlabel("seconds per step (mean)")
+    time_ax.tick_params(axis="y", labelsize=7)
+    time_ax.legend(fontsize=8)
+    fig.suptitle(title)
+    _save(fig, png)

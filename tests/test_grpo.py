@@ -1,0 +1,216 @@
+"""GRPO: the book's loss and advantages, one batched log-prob pass, skipping, determinism,
+resume."""
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import random_model
+from safetensors.torch import load_file
+
+from batched_reasoning.checkpoint import load_model, save_model
+from batched_reasoning.data import make_arith
+from batched_reasoning.grpo import (
+    completion_logprobs, group_advantages, grpo_table, plot_grpo, policy_loss, scored_completion,
+    train_grpo,
+)
+from batched_reasoning.io import write_jsonl
+from batched_reasoning.prompts import TextTokenizer, format_prompt
+from batched_reasoning.toy import training_text
+from batched_reasoning.toy_tokenizer import END_TOKEN, toy_model_config, train_toy_tokenizer
+
+TIMING = ["tokens_per_sec", "gen_seconds", "update_seconds", "step_seconds", "peak_mem_mb",
+          "eval_seconds"]
+CONFIG = dict(
+    strategy="batched", batch_size=4, device="cpu", dtype="float32", steps=6, num_rollouts=4,
+    max_new_tokens=12, temperature=1.0, top_p=1.0, lr=1e-3, grad_clip=1.0, seed=0,
+    checkpoint_every=2, eval_every=3, eval_problems=4, skip_zero_advantage=True,
+    prompt_style="base", threads=1,
+)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A tiny random Qwen3 with a toy tokenizer, and problems whose answer is declared to be 0.
+
+    The model's "0" logit is boosted, so some rollouts end on a number 0 and others do not:
+    groups get mixed rewards and updates happen.
+    """
+    root = tmp_path_factory.mktemp("grpo")
+    records = make_arith(seed=0, n_train=12, n_test=4)
+    tokenizer = train_toy_tokenizer([training_text(r) for r in records["train"]], vocab_size=300)
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    source = root / "source"
+    source.mkdir()
+    tokenizer.save(str(source / "tokenizer.json"))
+    config = toy_model_config(vocab, 32, 2, 4, 2, 8, 64, 512, tokenizer.token_to_id(END_TOKEN))
+    (source / "config.json").write_text(json.dumps(config))
+    model = random_model(vocab_size=vocab)
+    with torch.no_grad():
+        model.lm_head.weight[tokenizer.token_to_id("0")] *= 3
+    save_model(model, root / "model", source=source)
+    for split in ("train", "test"):
+        write_jsonl([r | {"answer": "0"} for r in records[split]], root / f"{split}.jsonl")
+    write_jsonl([r | {"answer": "-987654321"} for r in records["train"]], root / "unsolvable.jsonl")
+    return root
+
+
+def run(setup, name, train="train.jsonl", **overrides):
+    """One training run into `setup/name`; returns its metrics."""
+    config = CONFIG | overrides
+    out = setup / name
+    return train_grpo(
+        setup / "model", setup / train, setup / "test.jsonl", out / "model",
+        out / "log.csv", out / "metrics.json", out / "curve.png", out / "checkpoints",
+        **config, params=config, labels={"model": "tiny", "dataset": "zeros"},
+    )
+
+
+def weights(directory):
+    return load_file(directory / "model.safetensors")
+
+
+def assert_same_weights(a, b):
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        assert torch.equal(wa[key], wb[key]), key
+
+
+def without_timings(log_csv):
+    return pd.read_csv(log_csv).drop(columns=TIMING)
+
+
+@pytest.fixture(scope="module")
+def straight(setup):
+    return run(setup, "straight")
+
+
+@pytest.fixture(scope="module")
+def model_and_prompt(setup):
+    model = load_model(setup / "model")
+    tokenizer = TextTokenizer.from_model_dir(setup / "model")
+    prompt = tokenizer.encode(format_prompt("What is 2 + 2?", "base"))
+    completions = [[5, 17, 42, 9, 88], [tokenizer.eos_token_id], list(range(30, 39))]
+    return model, prompt, completions, tokenizer.pad_token_id
+
+
+def test_advantages_use_the_sample_std_like_the_book():
+    rewards = torch.tensor([1.0, 0.0, 0.0])
+    std = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # n - 1 in the denominator
+    expected = [(2 / 3) / (std + 1e-4), (-1 / 3) / (std + 1e-4), (-1 / 3) / (std + 1e-4)]
+    assert group_advantages(rewards).tolist() == pytest.approx(expected, rel=1e-6)
+    assert group_advantages(torch.ones(4)).tolist() == [0.0] * 4
+
+
+def test_end_token_is_scored_only_when_the_rollout_stopped():
+    assert scored_completion([4, 5], eos_token_id=2, max_new_tokens=3) == [4, 5, 2]
+    assert scored_completion([4, 5, 6], eos_token_id=2, max_new_tokens=3) == [4, 5, 6]
+
+
+def test_loss_matches_hand_computation(model_and_prompt):
+    model, prompt, completions, pad = model_and_prompt
+    rewards = torch.tensor([1.0, 0.0, 0.0])
+    hand_logprobs = []
+    for completion in completions:
+        ids = torch.tensor([prompt + completion])
+        logprobs = F.log_softmax(model(ids)[0].float(), dim=-1)
+        hand_logprobs.append(sum(
+            logprobs[len(prompt) + i - 1, token].item() for i, token in enumerate(completion)))
+    std = math.sqrt(1 / 3)
+    hand_advantages = [(2 / 3) / (std + 1e-4), (-1 / 3) / (std + 1e-4), (-1 / 3) / (std + 1e-4)]
+    hand_loss = -sum(a * lp for a, lp in zip(hand_advantages, hand_logprobs)) / 3
+    logprobs = completion_logprobs(model, prompt, completions, pad)
+    assert logprobs.tolist() == pytest.approx(hand_logprobs, abs=1e-4)
+    loss = policy_loss(logprobs, group_advantages(rewards))
+    assert loss.item() == pytest.approx(hand_loss, abs=1e-4)
+
+
+def test_batched_logprobs_equal_per_rollout_passes(model_and_prompt):
+    model, prompt, completions, pad = model_and_prompt
+    batched = completion_logprobs(model, prompt, completions, pad)
+    for row, completion in enumerate(completions):
+        single = completion_logprobs(model, prompt, [completion], pad)
+        assert batched[row].item() == pytest.approx(single.item(), abs=1e-5)
+
+
+def test_zero_advantage_groups_skip_the_update(setup):
+    metrics = run(setup, "skip", train="unsolvable.jsonl", steps=2)
+    assert metrics["skipped_updates"] == 2
+    assert pd.read_csv(setup / "skip/log.csv")["skipped"].tolist()[1:] == [True, True]
+    assert_same_weights(setup / "skip/model", setup / "model")
+    # without skipping, AdamW's weight decay still moves the weights on a zero loss
+    run(setup, "no_skip", train="unsolvable.jsonl", steps=2, skip_zero_advantage=False)
+    assert not torch.equal(weights(setup / "no_skip/model")["model.norm.weight"],
+                           weights(setup / "model")["model.norm.weight"])
+
+
+def test_run_is_deterministic_and_learns_something(setup, straight):
+    log = pd.read_csv(setup / "straight/log.csv")
+    assert log["step"].tolist() == list(range(CONFIG["steps"] + 1))
+    assert straight["skipped_updates"] < CONFIG["steps"], "test needs steps with mixed rewards"
+    assert log["eval_acc"].notna().tolist() == [True, False, False, True, False, False, True]
+    run(setup, "again")
+    pd.testing.assert_frame_equal(without_timings(setup / "again/log.csv"),
+                                  without_timings(setup / "straight/log.csv"))
+    assert_same_weights(setup / "again/model", setup / "straight/model")
+    assert not torch.equal(weights(setup / "straight/model")["model.norm.weight"],
+                           weights(setup / "model")["model.norm.weight"])
+
+
+def test_rollouts_do_not_depend_on_strategy_or_batch_size(setup, straight):
+    run(setup, "sequential", strategy="sequential", batch_size=1)
+    pd.testing.assert_series_equal(pd.read_csv(setup / "sequential/log.csv")["reward_avg"],
+                                   pd.read_csv(setup / "straight/log.csv")["reward_avg"])
+
+
+def test_killed_run_resumes_to_the_same_result(setup, straight):
+    """SIGKILL a run after its first checkpoint; the rerun must continue from that checkpoint."""
+    out = setup / "killed"
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from test_grpo import run; "
+        "from pathlib import Path; run(Path(sys.argv[2]), 'killed')"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script, str(Path(__file__).parent), str(setup)])
+    try:
+        while not list((out / "checkpoints").glob("step-*")):
+            assert child.poll() is None, "training ended before it could be killed"
+            time.sleep(0.005)
+    finally:
+        child.kill()
+        child.wait()
+    assert not (out / "metrics.json").exists(), "the run finished before the kill"
+    metrics = run(setup, "killed")
+    assert 0 < metrics["resumed_from_step"] < CONFIG["steps"]
+    pd.testing.assert_frame_equal(without_timings(out / "log.csv"),
+                                  without_timings(setup / "straight/log.csv"))
+    assert_same_weights(out / "model", setup / "straight/model")
+
+
+def test_rerun_resumes_only_the_same_run(setup):
+    assert run(setup, "rerun", steps=2)["resumed_from_step"] == 0
+    assert run(setup, "rerun", steps=2)["resumed_from_step"] == 2  # its final checkpoint
+    assert run(setup, "rerun", steps=2, lr=1e-4)["resumed_from_step"] == 0  # other config
+    (setup / "test.jsonl").touch()  # a rebuilt input
+    assert run(setup, "rerun", steps=2, lr=1e-4)["resumed_from_step"] == 0
+
+
+def test_table_and_plot(setup, straight, tmp_path):
+    run(setup, "sequential", strategy="sequential", batch_size=1)
+    names = ["straight", "sequential"]
+    metrics = [setup / n / "metrics.json" for n in names]
+    table = grpo_table(metrics)
+    assert table["strategy"].tolist() == ["batched", "sequential"]
+    assert table.loc[1, "speedup_vs_sequential"] == 1.0
+    assert table["eval_acc_before"].between(0, 1).all()
+    assert (table["gen_s_per_step"] > 0).all()
+    plot_grpo(metrics, [setup / n / "log.csv" for n in names], tmp_path / "grpo.png", "GRPO")
+    assert (tmp_path / "grpo.png").stat().st_size > 0
+    assert (setup / "straight/curve.png").stat().st_size > 0

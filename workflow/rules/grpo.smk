@@ -1,0 +1,48 @@
+GRPO_DIR = "results/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}"
+
+
+rule grpo:
+    input:
+        model=model_input,
+        train="resources/data/{dataset}/train.jsonl",
+        test="resources/data/{dataset}/test.jsonl",
+    output:
+        log=f"{GRPO_DIR}/log.csv",
+        metrics=f"{GRPO_DIR}/metrics.json",
+        curve=report(
+            f"{GRPO_DIR}/curve.png",
+            caption="../report/grpo_curve.rst",
+            category="GRPO",
+            subcategory="Learning curves",
+        ),
+        model=protected(directory(f"{GRPO_DIR}/model")),
+    log:
+        "results/logs/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log",
+    benchmark:
+        "results/benchmarks/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
+    threads: config["threads"]
+    resources:
+        mem_mb=grpo_mem_mb,
+        runtime="8h",
+        gpu=gpus,
+    params:
+        # Resume state: not a declared output, so a killed job's checkpoints survive Snakemake's
+        # cleanup of failed outputs and the rerun continues from the latest one.
+        checkpoints=f"{GRPO_DIR}/checkpoints",
+        dtype=dtype_of,
+        steps=GRPO["steps"],
+        num_rollouts=GRPO["num_rollouts"],
+        max_new_tokens=GRPO["max_new_tokens"],
+        temperature=GRPO["temperature"],
+        top_p=GRPO["top_p"],
+        lr=GRPO["lr"],
+        grad_clip=GRPO["grad_clip"],
+        checkpoint_every=GRPO["checkpoint_every"],
+        eval_every=GRPO["eval_every"],
+        eval_problems=GRPO["eval_problems"],
+        skip_zero_advantage=GRPO["skip_zero_advantage"],
+        prompt_style=lambda w: config["models"][w.model]["prompt_style"],
+        seed=config["seed"],
+        code=CODE["grpo"],
+    script:
+        "../scripts/grpo.py"
