@@ -1,0 +1,88 @@
+"""The workflow through a real SLURM scheduler (started by .ci/slurm/up.sh), and the profile's requests."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import yaml
+from workflow_helpers import SNAKEMAKE, TINY_CONFIG, copy_workflow, snakemake
+
+pytest.importorskip("snakemake_executor_plugin_slurm")
+
+
+def dry_run_resources(workdir):
+    """(rule, wildcards, resources) of every job a dry run with the SLURM profile plans."""
+    out = snakemake(workdir, "-n", "--workflow-profile", "profiles/slurm").stdout
+    jobs, current = [], None
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith(("rule ", "localrule ")):
+            current = {"rule": line.split()[1].rstrip(":")}
+            jobs.append(current)
+        elif current is not None and ":" in line:
+            key, value = line.split(":", 1)
+            if key in ("wildcards", "resources"):
+                current[key] = dict(p.strip().split("=", 1) for p in value.split(",") if "=" in p)
+    return jobs
+
+
+def test_profile_asks_gpus_only_for_cuda_and_memory_grows_with_batch(tmp_path):
+    config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG))
+    config["evaluate"] |= {"devices": ["cpu", "cuda"], "batch_sizes": [1, 4, 16]}
+    jobs = dry_run_resources(copy_workflow(tmp_path, config))
+    evaluations = [j for j in jobs if j["rule"] == "evaluate"]
+    assert len(evaluations) == 14
+    for job in evaluations:
+        assert job["resources"]["gpu"] == ("1" if job["wildcards"]["device"] == "cuda" else "0")
+    memory = {int(j["wildcards"]["batch_size"]): int(j["resources"]["mem_mb"]) for j in evaluations}
+    assert memory[1] < memory[4] < memory[16]
+
+
+def cluster_up():
+    if not shutil.which("sinfo"):
+        return False
+    return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=30).returncode == 0
+
+
+def records(workdir, stage):
+    """Everything a run decided, without its timings."""
+    found = {}
+    for path in sorted((workdir / "results" / stage).rglob("records.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows:
+            row.pop("latency_seconds", None)
+        found[str(path.relative_to(workdir))] = rows
+    return found
+
+
+@pytest.mark.slurm
+def test_workflow_runs_through_slurm(tmp_path):
+    if not cluster_up():
+        pytest.skip("no SLURM cluster running (start one with .ci/slurm/up.sh)")
+    local = copy_workflow(tmp_path / "local")
+    snakemake(local)
+    cluster = copy_workflow(tmp_path / "cluster")
+    proc = subprocess.run(
+        ["timeout", "-k", "30", "1500", *SNAKEMAKE, "--workflow-profile", "profiles/slurm",
+         "--configfile", "tiny.yaml", "--jobs", "4", "--slurm-init-seconds-before-status-checks",
+         "1", "--slurm-keep-successful-logs", "--retries", "0"],
+        cwd=cluster, capture_output=True, text=True,
+    )
+    logs = "\n".join(p.read_text() for p in (cluster / "results/logs").rglob("*.log")) \
+        if (cluster / "results/logs").exists() else ""
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n{logs}"
+
+    slurm_logs = list((cluster / ".snakemake/slurm_logs").rglob("*.log"))
+    job_ids = {p.stem for p in slurm_logs}
+    submitted = {p.parent.name for p in slurm_logs}
+    assert {"rule_pretrain", "rule_evaluate", "rule_self_consistency"} <= submitted
+    assert not submitted & {"rule_evaluate_table", "rule_self_consistency_table"}, "tables run locally"
+    accounting = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(sorted(job_ids))],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    states = dict(line.split("|") for line in accounting.splitlines())
+    assert set(states) == job_ids and set(states.values()) == {"COMPLETED"}, accounting
+    for stage in ("evaluate", "self_consistency"):
+        assert records(cluster, stage) == records(local, stage)
