@@ -14,6 +14,7 @@ include: "workflow/rules/tokenize.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/self_consistency.smk"
 include: "workflow/rules/grpo.smk"
+include: "workflow/rules/distill.smk"
 include: "workflow/rules/tables.smk"
 
 
@@ -23,3 +24,4 @@ rule all:
         rules.evaluate_table.output,
         rules.self_consistency_table.output,
         rules.grpo_table.output,
+        rules.distill_table.output,

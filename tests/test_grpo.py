@@ -18,11 +18,11 @@ from safetensors.torch import load_file
 from batched_reasoning.checkpoint import load_model, save_model
 from batched_reasoning.data import make_arith
 from batched_reasoning.grpo import (
-    completion_logprobs, group_advantages, grpo_table, plot_grpo, policy_loss, scored_completion,
-    train_grpo,
+    completion_logprobs, group_advantages, policy_loss, scored_completion, train_grpo,
 )
 from batched_reasoning.io import write_jsonl
 from batched_reasoning.prompts import TextTokenizer, format_prompt
+from batched_reasoning.tables import grpo_table, plot_grpo
 from batched_reasoning.toy import training_text
 from batched_reasoning.toy_tokenizer import END_TOKEN, toy_model_config, train_toy_tokenizer
 

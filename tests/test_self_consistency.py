@@ -10,9 +10,10 @@ from batched_reasoning.grading import extract_answer, normalize_answer
 from batched_reasoning.io import read_jsonl, write_jsonl
 from batched_reasoning.prompts import TextTokenizer
 from batched_reasoning.self_consistency import (
-    accuracy_at_k, grade_problem, is_decided, majority_vote, make_sampler,
-    plot_self_consistency, sample_answers, self_consistency, self_consistency_table,
+    accuracy_at_k, grade_problem, is_decided, majority_vote, make_sampler, sample_answers,
+    self_consistency,
 )
+from batched_reasoning.tables import plot_self_consistency, self_consistency_table
 from batched_reasoning.toy_tokenizer import train_toy_tokenizer
 
 NUM_SAMPLES = 5

@@ -21,6 +21,8 @@ TINY_CONFIG = {
     "self_consistency": {"batch_sizes": [1, 3], "num_samples": 3, "max_new_tokens": 8, "limit": 4},
     "grpo": {"batch_sizes": [4], "steps": 4, "num_rollouts": 4, "max_new_tokens": 8,
              "checkpoint_every": 2, "eval_every": 2, "eval_problems": 4},
+    "distill": {"batch_sizes": [1, 4], "validation_size": 8, "log_every": 5,
+                "checkpoint_every": 10},
 }
 
 

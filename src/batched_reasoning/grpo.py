@@ -27,13 +27,12 @@ import torch  # noqa: E402
 from .checkpoint import load_model, save_model
 from .generation import generate
 from .grading import extract_answer, is_correct
-from .io import atomic_path, read_json, read_jsonl, write_json
+from .io import atomic_path, read_json, read_jsonl, save_figure, write_json
 from .memory import PeakMemory
 from .padding import left_pad
 from .prompts import TextTokenizer, format_prompt
 from .provenance import resolve_device, run_info
 from .sampling import TopP
-from .tables import RUN_KEYS, mark_best
 from .training import resume, save_training_state, seed_everything, token_logprobs
 
 ADVANTAGE_EPS = 1e-4
@@ -277,13 +276,6 @@ def summarize(log: pd.DataFrame) -> dict:
     }
 
 
-def _save(fig, png: str) -> None:
-    fig.tight_layout()
-    with atomic_path(png) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
-
-
 def moving_average(values: pd.Series, window: int = 10) -> pd.Series:
     return values.rolling(window, min_periods=1).mean()
 
@@ -302,67 +294,4 @@ def plot_curve(log: pd.DataFrame, png: str, title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.suptitle(title)
-    _save(fig, png)
-
-
-def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
-    """One row per run; speedup is sequential's training time over the run's (same setup)."""
-    runs = pd.DataFrame([read_json(p) for p in metrics_paths])
-    same_setup = ["model", "dataset", "device", "dtype"]
-    rows = []
-    for _, run in runs.iterrows():
-        baseline = runs[(runs[same_setup] == run[same_setup]).all(axis=1)
-                        & (runs["strategy"] == "sequential")]
-        rows.append({k: run[k] for k in RUN_KEYS} | {
-            "time_s": run["train_seconds"],
-            "tokens_per_s": run["rollout_tokens_per_second"],
-            "gen_s_per_step": run["gen_seconds_per_step"],
-            "update_s_per_step": run["update_seconds_per_step"],
-            "peak_mem_mb": run["peak_memory_mb"],
-            "reward_first_quarter": run["reward_first_quarter"],
-            "reward_final": run["reward_last_quarter"],
-            "eval_acc_before": run["eval_acc_before"],
-            "eval_acc_after": run["eval_acc_after"],
-            "skipped_updates": run["skipped_updates"],
-            "speedup_vs_sequential": (baseline.iloc[0]["train_seconds"] / run["train_seconds"]
-                                      if not baseline.empty else None),
-        })
-    table = pd.DataFrame(rows).sort_values(RUN_KEYS, ignore_index=True)
-    table["best"] = mark_best(table, ["model", "dataset", "device"], "tokens_per_s").map(
-        {True: "best", False: ""})
-    return table
-
-
-def plot_grpo(metrics_paths: list[str], log_paths: list[str], png: str, title: str) -> None:
-    """All runs: reward moving average and eval accuracy per step, and time per step split into
-    rollout generation and policy update."""
-    runs = [read_json(p) for p in metrics_paths]
-    several_setups = len({(run["model"], run["dataset"]) for run in runs}) > 1
-    fig, (reward_ax, eval_ax, time_ax) = plt.subplots(1, 3, figsize=(15, 4))
-    names, gen, update = [], [], []
-    for run, log_path in zip(runs, log_paths):
-        log = pd.read_csv(log_path)
-        name = f"{run['device']} {run['strategy']} bs{run['batch_size']}"
-        if several_setups:
-            name += f" ({run['model']}/{run['dataset']})"
-        steps = log[log["step"] > 0]
-        evals = log.dropna(subset=["eval_acc"])
-        reward_ax.plot(steps["step"], moving_average(steps["reward_avg"]), label=name)
-        eval_ax.plot(evals["step"], evals["eval_acc"], "o-", label=name)
-        names.append(name)
-        gen.append(run["gen_seconds_per_step"])
-        update.append(run["update_seconds_per_step"])
-    reward_ax.set_ylabel("reward, moving average (10 steps)")
-    eval_ax.set_ylabel("eval accuracy (greedy)")
-    for ax in (reward_ax, eval_ax):
-        ax.set_xlabel("step")
-        ax.set_ylim(-0.05, 1.05)
-        ax.grid(alpha=0.3)
-    reward_ax.legend(fontsize=7)
-    time_ax.barh(names, gen, label="rollout generation")
-    time_ax.barh(names, update, left=gen, label="policy update")
-    time_ax.set_xlabel("seconds per step (mean)")
-    time_ax.tick_params(axis="y", labelsize=7)
-    time_ax.legend(fontsize=8)
-    fig.suptitle(title)
-    _save(fig, png)
+    save_figure(fig, png)

@@ -63,3 +63,13 @@ def log_to(path: str | os.PathLike) -> Iterator[None]:
             raise
         finally:
             sys.stdout, sys.stderr = saved
+
+
+def save_figure(fig, path: str | os.PathLike) -> None:
+    """Write a matplotlib figure as PNG atomically and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)

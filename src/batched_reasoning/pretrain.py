@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from .checkpoint import load_model, save_model
-from .io import atomic_path, read_jsonl, write_json
+from .io import atomic_path, read_jsonl, save_figure, write_json
 from .memory import PeakMemory
 from .padding import left_pad
 from .prompts import TextTokenizer
@@ -114,7 +114,4 @@ def plot_loss(log: pd.DataFrame, png: str) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.suptitle("Toy Qwen3 pretraining on arith")
-    fig.tight_layout()
-    with atomic_path(png) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, png)

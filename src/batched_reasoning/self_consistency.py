@@ -17,29 +17,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
-
-from .checkpoint import load_model  # noqa: E402
-from .generation import Greedy, generate  # noqa: E402
-from .grading import extract_answer, is_correct, normalize_answer  # noqa: E402
-from .io import atomic_path, read_json, read_jsonl, write_json, write_jsonl  # noqa: E402
-from .memory import PeakMemory  # noqa: E402
-from .prompts import TextTokenizer, format_prompt  # noqa: E402
-from .provenance import resolve_device, run_info  # noqa: E402
-from .sampling import TopP  # noqa: E402
-
-# Not imported from `tables`: the stage's code hash would then rerun every sampling job
-# whenever another stage's table changes.
-RUN_KEYS = ["model", "dataset", "strategy", "batch_size", "device", "dtype"]
+from .checkpoint import load_model
+from .generation import Greedy, generate
+from .grading import extract_answer, is_correct, normalize_answer
+from .io import read_jsonl, write_json, write_jsonl
+from .memory import PeakMemory
+from .prompts import TextTokenizer, format_prompt
+from .provenance import resolve_device, run_info
+from .sampling import TopP
 
 
 @dataclass
@@ -187,6 +176,7 @@ def self_consistency(
         "accuracy": float(np.mean([o["correct"] for o in outputs])),
         "first_sample_accuracy": float(np.mean([o["first_sample_correct"] for o in outputs])),
         "mean_agreement": float(np.mean([agreement(o) for o in outputs])),
+        "accuracy_at_k": accuracy_at_k(outputs, num_samples),
         "samples_used": used,
         "samples_saved": num_samples * len(outputs) - used,
         "early_stop": early_stop,
@@ -217,84 +207,3 @@ def accuracy_at_k(outputs: list[dict], num_samples: int) -> list[float]:
             correct.append(is_correct(vote.answer, o["gtruth_answer"]))
         accuracy.append(float(np.mean(correct)))
     return accuracy
-
-
-def self_consistency_table(metrics_paths: list[str], records_paths: list[str]) -> pd.DataFrame:
-    """One row per run, compared with the sequential run of the same model, data and device."""
-    runs = pd.DataFrame([read_json(p) for p in metrics_paths])
-    runs["winners"] = [[r["winner"] for r in read_jsonl(p)] for p in records_paths]
-    same_setup = ["model", "dataset", "device", "dtype"]
-    rows = []
-    for _, run in runs.iterrows():
-        baseline = runs[(runs[same_setup] == run[same_setup]).all(axis=1)
-                        & (runs["strategy"] == "sequential")]
-        row = {k: run[k] for k in RUN_KEYS} | {
-            "num_samples": run["num_samples"],
-            "vote_accuracy": run["accuracy"],
-            "first_sample_accuracy": run["first_sample_accuracy"],
-            "mean_agreement": run["mean_agreement"],
-            "samples_used": run["samples_used"],
-            "samples_saved": run["samples_saved"],
-            "time_s": run["wall_seconds"],
-            "tokens_per_s": run["tokens_per_second"],
-            "peak_mem_mb": run["peak_memory_mb"],
-        }
-        if baseline.empty:
-            row |= {"speedup_vs_sequential": None, "votes_match_sequential": "no baseline"}
-        else:
-            base = baseline.iloc[0]
-            row["speedup_vs_sequential"] = run["tokens_per_second"] / base["tokens_per_second"]
-            same = [a == b for a, b in zip(run["winners"], base["winners"])]
-            if all(same):
-                row["votes_match_sequential"] = "yes"
-            elif run["dtype"] == "float32":
-                row["votes_match_sequential"] = "MISMATCH"
-            else:  # reduced precision: batching changes rounding, so some samples differ
-                row["votes_match_sequential"] = f"{sum(same) / len(same):.0%} agree"
-        rows.append(row)
-    table = pd.DataFrame(rows).sort_values(RUN_KEYS, ignore_index=True)
-    fastest = table.groupby(["model", "dataset", "device"])["tokens_per_s"].transform("max")
-    table["best"] = table["tokens_per_s"].eq(fastest).map({True: "best", False: ""})
-    return table
-
-
-def plot_self_consistency(table: pd.DataFrame, records_paths: list[str], png: str) -> None:
-    """Left: vote accuracy against k samples; right: tokens/s against batch size per strategy.
-
-    Every strategy and batch size draws the same samples, so the left panel shows one run per
-    model, dataset and device (labels read from the metrics.json beside each records file).
-    """
-    fig, (votes, speed) = plt.subplots(1, 2, figsize=(11, 4))
-    shown = set()
-    for path in sorted(records_paths):
-        metrics = read_json(Path(path).with_name("metrics.json"))
-        setup = (metrics["model"], metrics["dataset"], metrics["device"])
-        if setup in shown:
-            continue
-        shown.add(setup)
-        k = range(1, metrics["num_samples"] + 1)
-        votes.plot(k, accuracy_at_k(read_jsonl(path), metrics["num_samples"]), "o-",
-                   label=" / ".join(setup))
-    votes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    votes.set_xlabel("samples voted on (k)")
-    votes.set_ylabel("vote accuracy")
-    votes.set_ylim(-0.02, 1.02)
-    for (model, dataset, device, strategy), group in table.groupby(
-        ["model", "dataset", "device", "strategy"]
-    ):
-        group = group.sort_values("batch_size")
-        several = table["model"].nunique() > 1 or table["dataset"].nunique() > 1
-        label = f"{device} {strategy}" + (f" ({model}/{dataset})" if several else "")
-        speed.plot(group["batch_size"], group["tokens_per_s"], "o" if len(group) == 1 else "o-",
-                   label=label)
-    speed.set_xscale("log", base=2)
-    speed.set_xlabel("batch size (sequences generated together)")
-    speed.set_ylabel("generated tokens / s")
-    for ax in (votes, speed):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("Self-consistency: accuracy by samples, throughput by batch size")
-    fig.tight_layout()
-    with atomic_path(png) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)

@@ -1,4 +1,7 @@
-"""Aggregation: every run's metrics joined into comparison tables (TSV + Markdown) and plots."""
+"""Aggregation: every run's metrics joined into comparison tables (TSV + Markdown) and plots.
+
+Stage modules never import this one, so editing a table reruns only the table rules.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,24 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .io import atomic_path, read_json, read_jsonl  # noqa: E402
+import math  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from .io import atomic_path, read_json, read_jsonl, save_figure  # noqa: E402
 
 RUN_KEYS = ["model", "dataset", "strategy", "batch_size", "device", "dtype"]
+DISTILL_KEYS = ["model", "dataset", "batch_size", "device", "dtype"]
+
+
+def student_name(model: str, batch_size, device: str) -> str:
+    """The model name under which a distilled student is evaluated (see workflow/rules/common.smk)."""
+    return f"{model}-distilled-bs{batch_size}-{device}"
+
+
+def moving_average(values: pd.Series, window: int = 10) -> pd.Series:
+    return values.rolling(window, min_periods=1).mean()
 
 
 def load_runs(metrics_paths: list[str]) -> pd.DataFrame:
@@ -93,7 +111,239 @@ def plot_throughput(table: pd.DataFrame, png: str, title: str) -> None:
         ax.grid(alpha=0.3)
     speed.legend(fontsize=8)
     fig.suptitle(title)
+    save_figure(fig, png)
+
+
+def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
+    """One row per run; speedup is sequential's training time over the run's (same setup)."""
+    runs = pd.DataFrame([read_json(p) for p in metrics_paths])
+    same_setup = ["model", "dataset", "device", "dtype"]
+    rows = []
+    for _, run in runs.iterrows():
+        baseline = runs[(runs[same_setup] == run[same_setup]).all(axis=1)
+                        & (runs["strategy"] == "sequential")]
+        rows.append({k: run[k] for k in RUN_KEYS} | {
+            "time_s": run["train_seconds"],
+            "tokens_per_s": run["rollout_tokens_per_second"],
+            "gen_s_per_step": run["gen_seconds_per_step"],
+            "update_s_per_step": run["update_seconds_per_step"],
+            "peak_mem_mb": run["peak_memory_mb"],
+            "reward_first_quarter": run["reward_first_quarter"],
+            "reward_final": run["reward_last_quarter"],
+            "eval_acc_before": run["eval_acc_before"],
+            "eval_acc_after": run["eval_acc_after"],
+            "skipped_updates": run["skipped_updates"],
+            "speedup_vs_sequential": (baseline.iloc[0]["train_seconds"] / run["train_seconds"]
+                                      if not baseline.empty else None),
+        })
+    table = pd.DataFrame(rows).sort_values(RUN_KEYS, ignore_index=True)
+    table["best"] = mark_best(table, ["model", "dataset", "device"], "tokens_per_s").map(
+        {True: "best", False: ""})
+    return table
+
+
+def plot_grpo(metrics_paths: list[str], log_paths: list[str], png: str, title: str) -> None:
+    """All runs: reward moving average and eval accuracy per step, and time per step split into
+    rollout generation and policy update."""
+    runs = [read_json(p) for p in metrics_paths]
+    several_setups = len({(run["model"], run["dataset"]) for run in runs}) > 1
+    fig, (reward_ax, eval_ax, time_ax) = plt.subplots(1, 3, figsize=(15, 4))
+    names, gen, update = [], [], []
+    for run, log_path in zip(runs, log_paths):
+        log = pd.read_csv(log_path)
+        name = f"{run['device']} {run['strategy']} bs{run['batch_size']}"
+        if several_setups:
+            name += f" ({run['model']}/{run['dataset']})"
+        steps = log[log["step"] > 0]
+        evals = log.dropna(subset=["eval_acc"])
+        reward_ax.plot(steps["step"], moving_average(steps["reward_avg"]), label=name)
+        eval_ax.plot(evals["step"], evals["eval_acc"], "o-", label=name)
+        names.append(name)
+        gen.append(run["gen_seconds_per_step"])
+        update.append(run["update_seconds_per_step"])
+    reward_ax.set_ylabel("reward, moving average (10 steps)")
+    eval_ax.set_ylabel("eval accuracy (greedy)")
+    for ax in (reward_ax, eval_ax):
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.05, 1.05)
+        ax.grid(alpha=0.3)
+    reward_ax.legend(fontsize=7)
+    time_ax.barh(names, gen, label="rollout generation")
+    time_ax.barh(names, update, left=gen, label="policy update")
+    time_ax.set_xlabel("seconds per step (mean)")
+    time_ax.tick_params(axis="y", labelsize=7)
+    time_ax.legend(fontsize=8)
+    fig.suptitle(title)
+    save_figure(fig, png)
+
+
+def self_consistency_table(metrics_paths: list[str], records_paths: list[str]) -> pd.DataFrame:
+    """One row per run, compared with the sequential run of the same model, data and device."""
+    runs = pd.DataFrame([read_json(p) for p in metrics_paths])
+    runs["winners"] = [[r["winner"] for r in read_jsonl(p)] for p in records_paths]
+    same_setup = ["model", "dataset", "device", "dtype"]
+    rows = []
+    for _, run in runs.iterrows():
+        baseline = runs[(runs[same_setup] == run[same_setup]).all(axis=1)
+                        & (runs["strategy"] == "sequential")]
+        row = {k: run[k] for k in RUN_KEYS} | {
+            "num_samples": run["num_samples"],
+            "vote_accuracy": run["accuracy"],
+            "first_sample_accuracy": run["first_sample_accuracy"],
+            "mean_agreement": run["mean_agreement"],
+            "samples_used": run["samples_used"],
+            "samples_saved": run["samples_saved"],
+            "time_s": run["wall_seconds"],
+            "tokens_per_s": run["tokens_per_second"],
+            "peak_mem_mb": run["peak_memory_mb"],
+        }
+        if baseline.empty:
+            row |= {"speedup_vs_sequential": None, "votes_match_sequential": "no baseline"}
+        else:
+            base = baseline.iloc[0]
+            row["speedup_vs_sequential"] = run["tokens_per_second"] / base["tokens_per_second"]
+            same = [a == b for a, b in zip(run["winners"], base["winners"])]
+            if all(same):
+                row["votes_match_sequential"] = "yes"
+            elif run["dtype"] == "float32":
+                row["votes_match_sequential"] = "MISMATCH"
+            else:  # reduced precision: batching changes rounding, so some samples differ
+                row["votes_match_sequential"] = f"{sum(same) / len(same):.0%} agree"
+        rows.append(row)
+    table = pd.DataFrame(rows).sort_values(RUN_KEYS, ignore_index=True)
+    fastest = table.groupby(["model", "dataset", "device"])["tokens_per_s"].transform("max")
+    table["best"] = table["tokens_per_s"].eq(fastest).map({True: "best", False: ""})
+    return table
+
+
+def plot_self_consistency(table: pd.DataFrame, records_paths: list[str], png: str) -> None:
+    """Left: vote accuracy against k samples; right: tokens/s against batch size per strategy.
+
+    Every strategy and batch size draws the same samples, so the left panel shows one run per
+    model, dataset and device (labels read from the metrics.json beside each records file).
+    """
+    fig, (votes, speed) = plt.subplots(1, 2, figsize=(11, 4))
+    shown = set()
+    for path in sorted(records_paths):
+        metrics = read_json(Path(path).with_name("metrics.json"))
+        setup = (metrics["model"], metrics["dataset"], metrics["device"])
+        if setup in shown:
+            continue
+        shown.add(setup)
+        k = range(1, metrics["num_samples"] + 1)
+        votes.plot(k, metrics["accuracy_at_k"], "o-",
+                   label=" / ".join(setup))
+    votes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    votes.set_xlabel("samples voted on (k)")
+    votes.set_ylabel("vote accuracy")
+    votes.set_ylim(-0.02, 1.02)
+    for (model, dataset, device, strategy), group in table.groupby(
+        ["model", "dataset", "device", "strategy"]
+    ):
+        group = group.sort_values("batch_size")
+        several = table["model"].nunique() > 1 or table["dataset"].nunique() > 1
+        label = f"{device} {strategy}" + (f" ({model}/{dataset})" if several else "")
+        speed.plot(group["batch_size"], group["tokens_per_s"], "o" if len(group) == 1 else "o-",
+                   label=label)
+    speed.set_xscale("log", base=2)
+    speed.set_xlabel("batch size (sequences generated together)")
+    speed.set_ylabel("generated tokens / s")
+    for ax in (votes, speed):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Self-consistency: accuracy by samples, throughput by batch size")
     fig.tight_layout()
     with atomic_path(png) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)
+
+
+def accuracies(eval_metrics_paths: list[str]) -> dict[tuple[str, str], float]:
+    """{(model, dataset): accuracy} from evaluation metrics files.
+
+    Several files for one (model, dataset) must agree (e.g. float32 runs of any strategy);
+    disagreeing ones raise rather than have one picked silently.
+    """
+    found: dict[tuple[str, str], tuple[float, str]] = {}
+    for path in eval_metrics_paths:
+        metrics = read_json(path)
+        key = (metrics["model"], metrics["dataset"])
+        if key in found and found[key][0] != metrics["accuracy"]:
+            raise ValueError(f"{key}: accuracy {found[key][0]} in {found[key][1]} but "
+                             f"{metrics['accuracy']} in {path}; pass one evaluation per model")
+        found[key] = (metrics["accuracy"], path)
+    return {key: accuracy for key, (accuracy, _) in found.items()}
+
+
+def distill_table(metrics_paths: list[str],
+                  accuracy: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
+    """One row per distillation run: cost (time, tokens/s, padding, memory) and effect (losses).
+
+    `accuracy` maps (model name, dataset) to evaluation accuracy, for base models and students
+    (named by `student_name`) alike; runs it does not cover get empty accuracy cells.
+    """
+    accuracy = accuracy or {}
+    runs = pd.DataFrame([read_json(p) for p in metrics_paths])
+    rows = []
+    for _, run in runs.iterrows():
+        same_setup = runs[(runs["model"] == run["model"]) & (runs["dataset"] == run["dataset"])
+                          & (runs["device"] == run["device"]) & (runs["batch_size"] == 1)]
+        student = student_name(run["model"], run["batch_size"], run["device"])
+        base_acc = accuracy.get((run["model"], run["dataset"]), math.nan)
+        student_acc = accuracy.get((student, run["dataset"]), math.nan)
+        rows.append({k: run[k] for k in DISTILL_KEYS} | {
+            "student": student,
+            "n_train": run["n_train"],
+            "time_s": run["train_seconds"],
+            "tokens_per_s": run["tokens_per_second"],
+            "speedup_vs_bs1": (run["tokens_per_second"] / same_setup["tokens_per_second"].iloc[0]
+                               if len(same_setup) else math.nan),
+            "pad_fraction": run["pad_fraction"],
+            "pad_fraction_unsorted": run["pad_fraction_unsorted"],
+            "peak_mem_mb": run["peak_memory_mb"],
+            "initial_val_loss": run["initial_val_loss"],
+            "final_val_loss": run["final_val_loss"],
+            "dropped_too_long": run["n_too_long"],
+            "malformed": run["n_malformed"],
+            "base_accuracy": base_acc,
+            "student_accuracy": student_acc,
+            "accuracy_gain": student_acc - base_acc,
+        })
+    return pd.DataFrame(rows).sort_values(DISTILL_KEYS[:4], ignore_index=True)
+
+
+def write_distill_table(table: pd.DataFrame, tsv: str, md: str, title: str) -> None:
+    with atomic_path(tsv) as tmp:
+        table.to_csv(tmp, sep="\t", index=False, float_format="%.4g")
+    lines = [f"# {title}", "", table.to_markdown(index=False, floatfmt=".4g"), ""]
+    for (model, dataset, device), group in table.groupby(["model", "dataset", "device"]):
+        best = group.loc[group["tokens_per_s"].idxmax()]
+        lines.append(f"- Fastest on **{device}** for {model} / {dataset}: batch size "
+                     f"**{best['batch_size']}**, {best['tokens_per_s']:.0f} tokens/s, final "
+                     f"validation loss {best['final_val_loss']:.3f} "
+                     f"(from {best['initial_val_loss']:.3f}).")
+    with atomic_path(md) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+
+
+def plot_distill(metrics_paths: list[str], log_paths: list[str], png: str) -> None:
+    """Validation loss against examples seen, one panel per model/dataset/device, one line per
+    batch size: with the objective equal across sizes, the curves should nearly coincide."""
+    runs = [(read_json(m), pd.read_csv(log)) for m, log in zip(metrics_paths, log_paths)]
+    panels = sorted({(m["model"], m["dataset"], m["device"]) for m, _ in runs})
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        for metrics, log in sorted((r for r in runs if (r[0]["model"], r[0]["dataset"],
+                                                        r[0]["device"]) == panel),
+                                   key=lambda r: r[0]["batch_size"]):
+            val = log.dropna(subset=["val_loss"])
+            seen = log["examples"].fillna(0).cumsum().loc[val.index]
+            ax.plot(seen, val["val_loss"], "o-", markersize=3,
+                    label=f"batch size {metrics['batch_size']} ({metrics['train_seconds']:.0f} s)")
+        ax.set_title(" / ".join(panel), fontsize=10)
+        ax.set_xlabel("training examples seen")
+        ax.set_ylabel("validation loss (answer tokens)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Distillation on teacher reasoning traces")
+    save_figure(fig, png)

@@ -28,12 +28,13 @@ def check_known(section, key, catalogue):
             )
 
 
-for stage in ("evaluate", "self_consistency", "grpo"):
+for stage in ("evaluate", "self_consistency", "grpo", "distill"):
     check_known(stage, "models", "models")
     check_known(stage, "datasets", "datasets")
 
 EVAL = config["evaluate"]
 GRPO = config["grpo"]
+DISTILL = config["distill"]
 
 # Library code behind each stage: editing a module reruns exactly the stages that import it.
 CODE = {
@@ -46,6 +47,7 @@ CODE = {
         "evaluate",
         "self_consistency",
         "grpo",
+        "distill",
         "tables",
     )
 }
@@ -66,8 +68,29 @@ def model_dir(model):
     return f"resources/models/{model}"
 
 
+# A distilled student is named after its teacher run; it is evaluated on the dataset it learned.
+STUDENT = re.compile(
+    r"(?P<base>.+)-distilled-bs(?P<batch_size>\d+)-(?P<device>cpu|cuda|mps)"
+)
+
+
+def base_model(model):
+    match = STUDENT.fullmatch(model)
+    return match["base"] if match and match["base"] in config["models"] else model
+
+
 def model_input(wildcards):
+    match = STUDENT.fullmatch(wildcards.model)
+    if match and match["base"] in config["models"]:
+        return (
+            f"results/distill/{match['base']}/{wildcards.dataset}/"
+            f"bs{match['batch_size']}/{match['device']}/model"
+        )
     return model_dir(wildcards.model)
+
+
+def prompt_style_of(wildcards):
+    return config["models"][base_model(wildcards.model)]["prompt_style"]
 
 
 def dataset_file(wildcards):
@@ -102,7 +125,11 @@ def sweep_paths(section, name):
 
 def generation_mem_mb(wildcards, attempt):
     """Memory to ask a scheduler for: model weights plus a share per batch row, more on retry."""
-    base = 1000 if config["models"][wildcards.model]["source"] == "toy" else 4000
+    base = (
+        1000
+        if config["models"][base_model(wildcards.model)]["source"] == "toy"
+        else 4000
+    )
     return attempt * (base + 100 * int(wildcards.batch_size))
 
 
@@ -114,3 +141,55 @@ def grpo_mem_mb(wildcards, attempt):
     """Weights, gradients and AdamW state (four copies of the model) plus the rollouts."""
     base = 2000 if config["models"][wildcards.model]["source"] == "toy" else 16000
     return attempt * (base + 200 * int(wildcards.batch_size))
+
+
+def distill_runs():
+    """(model, dataset, batch_size, device) of every distillation run."""
+    for model in DISTILL["models"]:
+        for dataset in DISTILL["datasets"]:
+            for device in DISTILL["devices"]:
+                for batch_size in DISTILL["batch_sizes"]:
+                    yield model, dataset, batch_size, device
+
+
+def distill_path(name):
+    return [
+        f"results/distill/{m}/{d}/bs{b}/{dev}/{name}" for m, d, b, dev in distill_runs()
+    ]
+
+
+def distill_evaluations():
+    """Greedy evaluations of every student and of the model it started from."""
+    size = max(EVAL["batch_sizes"])
+    paths = set()
+    for model, dataset, batch_size, device in distill_runs():
+        for name in (model, f"{model}-distilled-bs{batch_size}-{device}"):
+            paths.add(
+                f"results/evaluate/{name}/{dataset}/batched_stop/bs{size}/{device}/metrics.json"
+            )
+    return sorted(paths)
+
+
+def teacher_input(wildcards):
+    """What the teacher file of `dataset` is made from (config `distill.teacher.source`)."""
+    teacher = DISTILL["teacher"]
+    if teacher["source"] == "arith-traces":
+        if config["datasets"][wildcards.dataset]["source"] != "arith":
+            raise WorkflowError(
+                f"distill.teacher.source arith-traces needs an arith dataset; {wildcards.dataset!r} "
+                "is not one: use teacher source hub or local for it"
+            )
+        return {"train": f"resources/data/{wildcards.dataset}/train.jsonl"}
+    if teacher["source"] == "local":
+        return {"source": teacher["path"]}
+    return {}
+
+
+def distill_mem_mb(wildcards, attempt):
+    """Weights, gradients and AdamW state, plus activations per batch row; more on retry."""
+    base = (
+        2000
+        if config["models"][base_model(wildcards.model)]["source"] == "toy"
+        else 16000
+    )
+    return attempt * (base + 500 * int(wildcards.batch_size))

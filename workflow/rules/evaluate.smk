@@ -19,7 +19,7 @@ rule evaluate:
     params:
         dtype=dtype_of,
         max_new_tokens=EVAL["max_new_tokens"],
-        prompt_style=lambda w: config["models"][w.model]["prompt_style"],
+        prompt_style=prompt_style_of,
         seed=config["seed"],
         code=CODE["evaluate"],
     script:

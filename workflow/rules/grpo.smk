@@ -41,7 +41,7 @@ rule grpo:
         eval_every=GRPO["eval_every"],
         eval_problems=GRPO["eval_problems"],
         skip_zero_advantage=GRPO["skip_zero_advantage"],
-        prompt_style=lambda w: config["models"][w.model]["prompt_style"],
+        prompt_style=prompt_style_of,
         seed=config["seed"],
         code=CODE["grpo"],
     script:

@@ -19,7 +19,7 @@ rule self_consistency:
         gpu=gpus,
     params:
         dtype=dtype_of,
-        prompt_style=lambda w: config["models"][w.model]["prompt_style"],
+        prompt_style=prompt_style_of,
         num_samples=SC["num_samples"],
         temperature=SC["temperature"],
         top_p=SC["top_p"],

@@ -63,7 +63,7 @@ rule self_consistency_table:
         mem_mb=1000,
         runtime="10m",
     params:
-        code=[CODE["self_consistency"], CODE["tables"]],
+        code=CODE["tables"],
     script:
         "../scripts/self_consistency_table.py"
 
@@ -98,6 +98,42 @@ rule grpo_table:
         mem_mb=1000,
         runtime="10m",
     params:
-        code=[CODE["grpo"], CODE["tables"]],
+        code=CODE["tables"],
     script:
         "../scripts/grpo_table.py"
+
+
+rule distill_table:
+    input:
+        metrics=distill_path("metrics.json"),
+        logs=distill_path("log.csv"),
+        evaluations=distill_evaluations(),
+    output:
+        tsv=report(
+            "results/tables/distill.tsv",
+            caption="../report/distill_table.rst",
+            category="Distillation",
+        ),
+        md=report(
+            "results/tables/distill.md",
+            caption="../report/distill_table.rst",
+            category="Distillation",
+        ),
+        plot=report(
+            "results/plots/distill.png",
+            caption="../report/distill_plot.rst",
+            category="Distillation",
+        ),
+    log:
+        "results/logs/tables/distill.log",
+    benchmark:
+        "results/benchmarks/tables/distill.tsv"
+    localrule: True
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime="10m",
+    params:
+        code=CODE["tables"],
+    script:
+        "../scripts/distill_table.py"

@@ -14,7 +14,7 @@ rule tokenize:
         mem_mb=1000,
         runtime="10m",
     params:
-        prompt_style=lambda w: config["models"][w.model]["prompt_style"],
+        prompt_style=prompt_style_of,
         sort_by_length=EVAL["sort_by_length"],
         limit=EVAL["limit"],
         code=CODE["evaluate"],

@@ -1,6 +1,5 @@
-from batched_reasoning.grpo import grpo_table, plot_grpo
 from batched_reasoning.io import log_to
-from batched_reasoning.tables import write_table
+from batched_reasoning.tables import grpo_table, plot_grpo, write_table
 
 with log_to(snakemake.log[0]):
     table = grpo_table(snakemake.input.metrics)

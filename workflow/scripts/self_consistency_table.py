@@ -1,6 +1,5 @@
 from batched_reasoning.io import log_to
-from batched_reasoning.self_consistency import plot_self_consistency, self_consistency_table
-from batched_reasoning.tables import write_table
+from batched_reasoning.tables import plot_self_consistency, self_consistency_table, write_table
 
 with log_to(snakemake.log[0]):
     table = self_consistency_table(snakemake.input.metrics, snakemake.input.records)

@@ -1,0 +1,326 @@
+"""Stage `distill` (the book's chapter 8): fine-tune a student on a teacher's reasoning traces.
+
+The book trains one example at a time. Here examples are left-padded into batches, the loss
+covers answer tokens only and is averaged per example, then over the batch, so every batch size
+optimises the same objective and only the throughput differs. Each epoch's batches follow from
+(seed, epoch) alone, and training state is checkpointed, so a killed job resumes exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .checkpoint import load_model, save_model
+from .io import atomic_path, save_figure, write_json
+from .memory import PeakMemory
+from .padding import batches, left_pad, length_sorted
+from .prompts import TextTokenizer, format_prompt
+from .provenance import resolve_device, run_info
+from .training import latest_checkpoint, masked_nll, resume, save_training_state, seed_everything
+
+TEACHER_FIELDS = ("problem", "gtruth_answer", "message_thinking", "message_content")
+LISTED_MALFORMED = 10
+
+
+# --- Teacher data ---------------------------------------------------------------------------
+
+def make_teacher_traces(records: list[dict]) -> list[dict]:
+    """`arith` records as teacher rows: the worked steps think, the boxed answer concludes."""
+    rows = []
+    for record in records:
+        content = f"The answer is \\boxed{{{record['answer']}}}."
+        if not record["solution"].endswith(content):
+            raise ValueError(f"{record.get('unique_id')}: solution does not end with {content!r}")
+        rows.append({
+            "problem": record["problem"],
+            "gtruth_answer": record["answer"],
+            "message_thinking": record["solution"].removesuffix(content).strip(),
+            "message_content": content,
+        })
+    return rows
+
+
+def _row_problem(row) -> str | None:
+    if not isinstance(row, dict):
+        return f"is a {type(row).__name__}, not an object"
+    missing = [f for f in TEACHER_FIELDS if f not in row]
+    if missing:
+        return "missing " + ", ".join(missing)
+    wrong = [f"{f} is {type(row[f]).__name__}" for f in TEACHER_FIELDS if not isinstance(row[f], str)]
+    if wrong:
+        return ", ".join(wrong)
+    if not row["message_content"].strip():
+        return "empty message_content"  # the book refuses these too
+    return None
+
+
+def load_teacher_rows(path) -> tuple[list[dict], dict]:
+    """Usable rows of a teacher file (JSON list or JSONL) and a report of the unusable ones.
+
+    A bad row is skipped, not fatal (public trace dumps have a few), but counted and listed so
+    the metrics show how much teacher data the student never saw.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        items = json.loads(text)
+    else:
+        items = [json.loads(line) for line in text.splitlines() if line.strip()]
+    rows, malformed = [], []
+    for index, item in enumerate(items):
+        problem = _row_problem(item)
+        if problem is None:
+            rows.append(item)
+        else:
+            malformed.append(f"row {index}: {problem}")
+    report = {"n_rows": len(items), "n_malformed": len(malformed),
+              "malformed": malformed[:LISTED_MALFORMED]}
+    if malformed:
+        print(f"{path}: skipped {len(malformed)} malformed of {len(items)} rows; first: "
+              + "; ".join(malformed[:LISTED_MALFORMED]), flush=True)
+    return rows, report
+
+
+# --- Examples and batches -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Example:
+    """Token ids of prompt + answer + end token; the first `prompt_len` are not trained on."""
+
+    ids: list[int]
+    prompt_len: int
+
+
+def answer_text(row: dict, use_think_tokens: bool) -> str:
+    """The book's layout: `<think>thinking</think>\\n\\ncontent` (without the tags if asked)."""
+    thinking, content = row["message_thinking"].strip(), row["message_content"].strip()
+    return f"<think>{thinking}</think>\n\n{content}" if use_think_tokens else f"{thinking}\n\n{content}"
+
+
+def build_example(row: dict, tokenizer: TextTokenizer, prompt_style: str, use_think_tokens: bool) -> Example:
+    prompt = tokenizer.encode(format_prompt(row["problem"], prompt_style))
+    answer = tokenizer.encode(answer_text(row, use_think_tokens))
+    return Example(prompt + answer + [tokenizer.eos_token_id], len(prompt))
+
+
+def collate(examples: list[Example], pad_token_id: int, device="cpu"):
+    """(input_ids, attention_mask, loss_mask), left-padded; loss_mask marks answer tokens only."""
+    input_ids, attention_mask = left_pad([e.ids for e in examples], pad_token_id, device)
+    width = input_ids.shape[1]
+    answer_start = torch.tensor([width - len(e.ids) + e.prompt_len for e in examples], device=device)
+    loss_mask = torch.arange(width, device=device)[None, :] >= answer_start[:, None]
+    return input_ids, attention_mask, loss_mask
+
+
+def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int,
+                  sort_by_length: bool) -> list[list[int]]:
+    """One epoch's batches, a function of (seed, epoch) alone so a resumed run replays them.
+
+    Sorting puts examples of similar length together (less padding); the batch order is then
+    shuffled, so training does not march from long examples to short ones.
+    """
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(lengths)).tolist()
+    if not sort_by_length:
+        return batches(order, batch_size)
+    order = [order[i] for i in length_sorted([lengths[i] for i in order])]
+    groups = batches(order, batch_size)
+    return [groups[i] for i in rng.permutation(len(groups))]
+
+
+def padding_share(lengths: list[int], groups: list[list[int]]) -> float:
+    """Share of padding cells over all of `groups` (each padded to its longest example)."""
+    cells = sum(len(g) * max(lengths[i] for i in g) for g in groups)
+    return 1 - sum(lengths[i] for g in groups for i in g) / cells
+
+
+@torch.no_grad()
+def mean_loss(model, examples: list[Example], batch_size: int, pad_token_id: int) -> float:
+    """Mean per-example answer loss; batched by length, which does not change the value."""
+    total = 0.0
+    for group in batches(length_sorted([len(e.ids) for e in examples]), batch_size):
+        batch = collate([examples[i] for i in group], pad_token_id, model.device)
+        total += masked_nll(model, *batch).item() * len(group)
+    return total / len(examples)
+
+
+def split_validation(examples: list[Example], size: int, seed: int) -> tuple[list, list]:
+    """(train, validation): a seeded random `size` examples are held out."""
+    if size >= len(examples):
+        raise ValueError(f"validation_size {size} leaves no training data ({len(examples)} examples)")
+    held_out = set(np.random.default_rng([seed, 2**31]).permutation(len(examples))[:size].tolist())
+    train = [e for i, e in enumerate(examples) if i not in held_out]
+    return train, [e for i, e in enumerate(examples) if i in held_out]
+
+
+# --- Training -------------------------------------------------------------------------------
+
+def run_fingerprint(params: dict, train: list[Example]) -> str:
+    """What a checkpoint must match to be resumed: same settings, same training examples."""
+    blob = json.dumps([params, [e.ids for e in train], [e.prompt_len for e in train]],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def keep_latest(work_dir) -> None:
+    """Drop all but the newest checkpoint (each holds weights and optimizer state)."""
+    newest = latest_checkpoint(work_dir)
+    for old in Path(work_dir).glob("step-*"):
+        if old != newest:
+            shutil.rmtree(old)
+
+
+def distill(
+    model_dir: str, teacher_path: str, out_dir: str, work_dir: str, log_csv: str,
+    metrics_json: str, curve_png: str, *,
+    prompt_style: str, batch_size: int, device: str, dtype: str, epochs: int, lr: float,
+    max_seq_len: int, validation_size: int, use_think_tokens: bool, sort_by_length: bool,
+    grad_clip: float | None, seed: int, log_every: int, checkpoint_every: int, threads: int,
+    params: dict, labels: dict,
+) -> dict:
+    """Train the student; write it to `out_dir` with its log, loss curve and metrics.
+
+    `work_dir` holds the resumable checkpoint; it is removed once the outputs are written.
+    """
+    torch_device = resolve_device(device)
+    torch.set_num_threads(threads)
+    seed_everything(seed)
+    rows, report = load_teacher_rows(teacher_path)
+    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
+    examples = [build_example(r, tokenizer, prompt_style, use_think_tokens) for r in rows]
+    kept = [e for e in examples if len(e.ids) <= max_seq_len]
+    n_too_long = len(examples) - len(kept)
+    if n_too_long:
+        print(f"dropped {n_too_long} of {len(examples)} examples longer than {max_seq_len} tokens",
+              flush=True)
+    train, validation = split_validation(kept, validation_size, seed)
+    lengths = [len(e.ids) for e in train]
+    steps_per_epoch = math.ceil(len(train) / batch_size)
+    total_steps = epochs * steps_per_epoch
+    fingerprint = run_fingerprint(params, train)
+
+    def make_optimizer(model):
+        return torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def validate(model) -> float:
+        return mean_loss(model, validation, batch_size, tokenizer.pad_token_id)
+
+    resumed = resume(work_dir, make_optimizer, dtype, torch_device)
+    if resumed and resumed[3]["fingerprint"] != fingerprint:
+        print(f"{work_dir}: checkpoint is from other settings or data; starting over", flush=True)
+        shutil.rmtree(work_dir)
+        seed_everything(seed)
+        resumed = None
+    if resumed:
+        model, optimizer, start, extra = resumed
+        log = extra["log"]
+    else:
+        model = load_model(model_dir, dtype=dtype, device=torch_device)
+        optimizer, start = make_optimizer(model), 0
+        log = [{"epoch": 0, "step": 0, "train_loss": math.nan, "val_loss": validate(model)}]
+    model.train()
+    started = time.perf_counter()
+    epoch_groups = {}
+    for step in range(start, total_steps):
+        epoch, offset = divmod(step, steps_per_epoch)
+        if epoch not in epoch_groups:
+            epoch_groups = {epoch: epoch_batches(lengths, batch_size, seed, epoch, sort_by_length)}
+        group = epoch_groups[epoch][offset]
+        with PeakMemory(torch_device) as memory:
+            tick = time.perf_counter()
+            input_ids, attention_mask, loss_mask = collate(
+                [train[i] for i in group], tokenizer.pad_token_id, torch_device)
+            loss = masked_nll(model, input_ids, attention_mask, loss_mask)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            optimizer.step()
+        seconds = time.perf_counter() - tick
+        tokens = int(attention_mask.sum())
+        row = {"epoch": epoch + 1, "step": step + 1, "train_loss": loss.item(), "val_loss": math.nan,
+               "tokens_per_sec": tokens / seconds, "pad_fraction": 1 - tokens / attention_mask.numel(),
+               "peak_mem_mb": memory.peak_mb, "tokens": tokens, "examples": len(group),
+               "step_seconds": seconds}
+        if (step + 1) % log_every == 0 or step + 1 == total_steps:
+            row["val_loss"] = validate(model)
+            model.train()
+            print(f"epoch {epoch + 1}/{epochs} step {step + 1}/{total_steps} "
+                  f"train_loss {row['train_loss']:.4f} val_loss {row['val_loss']:.4f} "
+                  f"{row['tokens_per_sec']:.0f} tokens/s", flush=True)
+        log.append(row)
+        if (step + 1) % checkpoint_every == 0 and step + 1 < total_steps:
+            save_training_state(work_dir, model, optimizer, step + 1, model_dir,
+                                {"log": log, "fingerprint": fingerprint})
+            keep_latest(work_dir)
+    wall = time.perf_counter() - started
+
+    save_model(model, out_dir, source=model_dir)
+    frame = pd.DataFrame(log)
+    with atomic_path(log_csv) as tmp:
+        frame.to_csv(tmp, index=False)
+    plot_curve(frame, curve_png, f"Distillation: {labels.get('model')} on {labels.get('dataset')} "
+                                 f"teacher traces, batch size {batch_size}")
+    steps = frame[frame["step"] > 0]
+    all_groups = [g for e in range(epochs)
+                  for g in epoch_batches(lengths, batch_size, seed, e, sort_by_length)]
+    metrics = labels | {
+        "batch_size": batch_size, "dtype": dtype, "epochs": epochs, "steps": total_steps,
+        "n_teacher_rows": report["n_rows"], "n_malformed": report["n_malformed"],
+        "malformed": report["malformed"], "n_too_long": n_too_long,
+        "n_train": len(train), "n_validation": len(validation),
+        "train_seconds": float(steps["step_seconds"].sum()),
+        "wall_seconds_this_run": wall,
+        "train_tokens": int(steps["tokens"].sum()),
+        "tokens_per_second": float(steps["tokens"].sum() / steps["step_seconds"].sum()),
+        "pad_fraction": padding_share(lengths, all_groups),
+        "pad_fraction_unsorted": padding_share(
+            lengths, [g for e in range(epochs) for g in epoch_batches(lengths, batch_size, seed, e, False)]),
+        "peak_memory_mb": float(steps["peak_mem_mb"].max()),
+        "initial_val_loss": float(frame["val_loss"].iloc[0]),
+        "final_val_loss": float(frame["val_loss"].iloc[-1]),
+        "resumed_from_step": start,
+        "sort_by_length": sort_by_length, "use_think_tokens": use_think_tokens,
+    } | run_info(params, torch_device, "distill")
+    write_json(metrics, metrics_json)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return metrics
+
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_curve(log: pd.DataFrame, png: str, title: str) -> None:
+    """One run: training loss per step (and its moving average), validation loss, epoch bounds."""
+    plt = _pyplot()
+    steps, val = log[log["step"] > 0], log.dropna(subset=["val_loss"])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps["step"], steps["train_loss"], alpha=0.3, label="train loss")
+    ax.plot(steps["step"], steps["train_loss"].rolling(20, min_periods=1).mean(),
+            label="train loss, moving average (20)")
+    ax.plot(val["step"], val["val_loss"], "o-", label="validation loss")
+    for end in steps.groupby("epoch")["step"].max().iloc[:-1]:
+        ax.axvline(end, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("step (dotted: epoch end)")
+    ax.set_ylabel("answer-token cross-entropy (nats)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.suptitle(title, fontsize=10)
+    save_figure(fig, png)

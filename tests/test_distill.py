@@ -1,0 +1,245 @@
+"""Distillation: the book's example layout, the padding-aware loss, and exact resumption."""
+
+import json
+import math
+import shutil
+
+import pandas as pd
+import pytest
+import torch
+from conftest import random_model, shared_file
+
+import batched_reasoning.distill as distill_module
+from batched_reasoning.checkpoint import load_model, save_model
+from batched_reasoning.data import make_arith
+from batched_reasoning.distill import (
+    Example, answer_text, build_example, collate, distill, epoch_batches, load_teacher_rows,
+    make_teacher_traces, mean_loss, padding_share,
+)
+from batched_reasoning.tables import distill_table, student_name
+from batched_reasoning.prompts import TextTokenizer, format_prompt
+from batched_reasoning.toy import training_text
+from batched_reasoning.toy_tokenizer import train_toy_tokenizer
+from batched_reasoning.training import masked_nll
+
+ARITH = make_arith(seed=0, n_train=60, n_test=2)["train"]
+
+
+@pytest.fixture(scope="module")
+def toy_dir(tmp_path_factory):
+    """A tiny random Qwen3 whose vocabulary is a toy tokenizer trained on arith texts."""
+    source, directory = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("toy")
+    tokenizer = train_toy_tokenizer([training_text(r) for r in ARITH], 300)
+    tokenizer.save(str(source / "tokenizer.json"))
+    save_model(random_model(vocab_size=tokenizer.get_vocab_size(with_added_tokens=True)),
+               directory, source=source)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tokenizer(toy_dir):
+    return TextTokenizer.from_model_dir(toy_dir, "base")
+
+
+@pytest.fixture(scope="module")
+def examples(tokenizer):
+    return [build_example(r, tokenizer, "base", True) for r in make_teacher_traces(ARITH[:12])]
+
+
+def test_arith_traces_think_in_steps_and_conclude_with_the_box():
+    row = make_teacher_traces(ARITH[:1])[0]
+    record = ARITH[0]
+    assert row == {
+        "problem": record["problem"], "gtruth_answer": record["answer"],
+        "message_thinking": record["solution"].rsplit("\n", 1)[0],
+        "message_content": f"The answer is \\boxed{{{record['answer']}}}.",
+    }
+    assert "=" in row["message_thinking"] and "boxed" not in row["message_thinking"]
+
+
+def test_example_is_prompt_then_answer_then_end_token(tokenizer):
+    row = make_teacher_traces(ARITH[:1])[0]
+    for think, answer in ((True, f"<think>{row['message_thinking']}</think>\n\n{row['message_content']}"),
+                          (False, f"{row['message_thinking']}\n\n{row['message_content']}")):
+        assert answer_text(row, think) == answer
+        example = build_example(row, tokenizer, "base", think)
+        assert example.ids[-1] == tokenizer.eos_token_id
+        assert tokenizer.decode(example.ids[:example.prompt_len]) == format_prompt(row["problem"], "base")
+        assert tokenizer.decode(example.ids[example.prompt_len:]) == answer
+
+
+def test_examples_match_the_book_with_the_real_qwen3_tokenizer(tmp_path):
+    """Same token ids and prompt length as the book's ch08.build_examples, on real teacher rows."""
+    from reasoning_from_scratch.ch08 import build_examples
+    from reasoning_from_scratch.qwen3 import Qwen3Tokenizer
+
+    shutil.copy(shared_file("qwen3-tokenizer.json"), tmp_path / "tokenizer.json")
+    rows = json.loads(shared_file("distill_sample_outputs.json").read_text())
+    book = Qwen3Tokenizer(tmp_path / "tokenizer.json", apply_chat_template=True,
+                          add_generation_prompt=True, add_thinking=True)
+    theirs, skipped = build_examples(rows, book)
+    ours = TextTokenizer.from_model_dir(tmp_path, "reasoning")
+    assert skipped == 0
+    assert [build_example(r, ours, "reasoning", True) for r in rows] == [
+        Example(e["token_ids"], e["prompt_len"]) for e in theirs]
+
+
+def test_batched_loss_is_the_mean_of_per_example_losses(toy_dir, tokenizer, examples):
+    model = load_model(toy_dir)
+    assert len({len(e.ids) for e in examples}) > 1  # the batch really is padded
+    batched = masked_nll(model, *collate(examples, tokenizer.pad_token_id))
+    alone = [masked_nll(model, *collate([e], tokenizer.pad_token_id)) for e in examples]
+    assert batched.item() == pytest.approx(torch.stack(alone).mean().item(), abs=1e-6)
+
+
+def test_only_answer_tokens_are_trained_and_padding_is_inert(toy_dir, tokenizer, examples):
+    model = load_model(toy_dir)
+    input_ids, attention_mask, loss_mask = collate(examples[:5], tokenizer.pad_token_id)
+    captured = {}
+
+    def perturb_embeddings(module, args, output):
+        captured["delta"] = torch.zeros_like(output, requires_grad=True)
+        return output + captured["delta"]
+
+    def keep_logits(ids, mask):
+        captured["logits"] = logits = model(ids, mask)
+        logits.retain_grad()
+        return logits
+
+    model.model.embed_tokens.register_forward_hook(perturb_embeddings)
+    masked_nll(keep_logits, input_ids, attention_mask, loss_mask).backward()
+    scored = captured["logits"].grad.abs().sum(-1) > 0  # position t predicts token t + 1
+    assert torch.equal(scored[:, :-1], loss_mask[:, 1:]) and not scored[:, -1].any()
+    for row, example in enumerate(examples[:5]):  # the loss starts at the first answer token
+        assert loss_mask[row].sum() == len(example.ids) - example.prompt_len
+    influence = captured["delta"].grad.abs().sum(-1) > 0
+    assert not influence[~attention_mask].any()  # padding changes nothing
+    assert influence[attention_mask & ~loss_mask].any()  # while the prompt is context
+
+
+def test_length_sorting_changes_padding_not_the_objective(toy_dir, tokenizer, examples):
+    model = load_model(toy_dir)
+    lengths = [len(e.ids) for e in examples]
+
+    def epoch_loss(groups):
+        losses = [masked_nll(model, *collate([examples[i] for i in g], tokenizer.pad_token_id)).item()
+                  * len(g) for g in groups]
+        return sum(losses) / len(examples)
+
+    shuffled = epoch_batches(lengths, 4, seed=1, epoch=0, sort_by_length=False)
+    bucketed = epoch_batches(lengths, 4, seed=1, epoch=0, sort_by_length=True)
+    assert sorted(i for g in bucketed for i in g) == list(range(len(examples)))
+    assert padding_share(lengths, bucketed) < padding_share(lengths, shuffled)
+    assert epoch_loss(bucketed) == pytest.approx(epoch_loss(shuffled), abs=1e-6)
+    assert epoch_loss(bucketed) == pytest.approx(mean_loss(model, examples, 4, tokenizer.pad_token_id),
+                                                 abs=1e-6)
+    assert epoch_batches(lengths, 4, 1, 0, True) == bucketed  # a function of (seed, epoch)
+    assert epoch_batches(lengths, 4, 1, 1, True) != bucketed
+
+
+def test_malformed_teacher_rows_are_counted_not_fatal(tmp_path):
+    good = make_teacher_traces(ARITH[:3])
+    bad = [{"problem": "1+1?"}, good[0] | {"message_thinking": None}, "text",
+           good[1] | {"message_content": "  "}]
+    path = tmp_path / "teacher.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in good + bad))
+    rows, report = load_teacher_rows(path)
+    assert rows == good
+    assert report["n_rows"] == 7 and report["n_malformed"] == 4
+    assert report["malformed"][0] == "row 3: missing gtruth_answer, message_thinking, message_content"
+    assert "message_thinking is NoneType" in report["malformed"][1]
+
+
+def run(toy_dir, tmp_path, teacher, name, **overrides):
+    out = tmp_path / name
+    settings = dict(prompt_style="base", batch_size=4, device="cpu", dtype="float32", epochs=2,
+                    lr=5e-4, max_seq_len=overrides.pop("max_seq_len"), validation_size=6,
+                    use_think_tokens=True, sort_by_length=True, grad_clip=1.0, seed=3, log_every=5,
+                    checkpoint_every=3, threads=1) | overrides
+    metrics = distill(str(toy_dir), str(teacher), str(out / "model"), str(out / "checkpoints"),
+                      str(out / "log.csv"), str(out / "metrics.json"), str(out / "curve.png"),
+                      **settings, params={k: v for k, v in settings.items() if k != "threads"},
+                      labels={"model": "tiny", "dataset": "arith", "batch_size": "4", "device": "cpu"})
+    return out, metrics
+
+
+def test_killed_run_resumes_to_the_same_weights(toy_dir, tokenizer, tmp_path, monkeypatch):
+    rows = make_teacher_traces(ARITH[:40])
+    teacher = tmp_path / "teacher.json"
+    teacher.write_text(json.dumps(rows + [{"problem": "no answer"}, {"problem": 3}]))
+    lengths = sorted(len(build_example(r, tokenizer, "base", True).ids) for r in rows)
+    max_seq_len = lengths[-3] - 1 if lengths[-3] > lengths[0] else lengths[-1]
+    n_too_long = sum(n > max_seq_len for n in lengths)
+
+    full, metrics = run(toy_dir, tmp_path, teacher, "full", max_seq_len=max_seq_len)
+    assert metrics["n_malformed"] == 2 and metrics["n_too_long"] == n_too_long > 0
+    assert metrics["n_train"] == 40 - n_too_long - 6
+    assert metrics["steps"] == 2 * math.ceil(metrics["n_train"] / 4)
+    assert metrics["final_val_loss"] < metrics["initial_val_loss"]
+    assert 0 < metrics["pad_fraction"] < metrics["pad_fraction_unsorted"]
+    assert not (full / "checkpoints").exists()
+
+    class Killed(Exception):
+        pass
+
+    calls = {"train": 0}
+    real_nll = distill_module.masked_nll
+
+    def dies_in_step_8(*args):
+        if torch.is_grad_enabled():
+            calls["train"] += 1
+            if calls["train"] == 8:
+                raise Killed
+        return real_nll(*args)
+
+    monkeypatch.setattr(distill_module, "masked_nll", dies_in_step_8)
+    with pytest.raises(Killed):
+        run(toy_dir, tmp_path, teacher, "killed", max_seq_len=max_seq_len)
+    monkeypatch.setattr(distill_module, "masked_nll", real_nll)
+    checkpoints = tmp_path / "killed" / "checkpoints"
+    assert [p.name for p in checkpoints.iterdir()] == ["step-000006"]  # older ones pruned
+
+    resumed, metrics = run(toy_dir, tmp_path, teacher, "killed", max_seq_len=max_seq_len)
+    assert metrics["resumed_from_step"] == 6
+    a, b = load_model(full / "model").state_dict(), load_model(resumed / "model").state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    losses = ["epoch", "step", "train_loss", "val_loss", "pad_fraction"]
+    pd.testing.assert_frame_equal(pd.read_csv(full / "log.csv")[losses],
+                                  pd.read_csv(resumed / "log.csv")[losses])
+    assert (resumed / "model" / "tokenizer.json").read_bytes() == (toy_dir / "tokenizer.json").read_bytes()
+    assert TextTokenizer.from_model_dir(resumed / "model").eos_token_id == tokenizer.eos_token_id
+
+
+def test_checkpoint_of_other_settings_is_not_resumed(toy_dir, tmp_path, monkeypatch):
+    teacher = tmp_path / "teacher.json"
+    teacher.write_text(json.dumps(make_teacher_traces(ARITH[:20])))
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(distill_module, "plot_curve", killed)  # dies after training, checkpoint kept
+        with pytest.raises(KeyboardInterrupt):
+            run(toy_dir, tmp_path, teacher, "run", max_seq_len=512, epochs=1)
+    assert (tmp_path / "run" / "checkpoints").exists()
+    _, metrics = run(toy_dir, tmp_path, teacher, "run", max_seq_len=512, epochs=1, lr=1e-4)
+    assert metrics["resumed_from_step"] == 0
+
+
+def test_table_compares_batch_sizes_and_takes_accuracies(tmp_path):
+    paths = []
+    for batch_size, speed in ((1, 100.0), (4, 300.0)):
+        path = tmp_path / f"bs{batch_size}.json"
+        path.write_text(json.dumps({
+            "model": "toy", "dataset": "arith", "batch_size": batch_size, "device": "cpu",
+            "dtype": "float32", "n_train": 10, "train_seconds": 5.0, "tokens_per_second": speed,
+            "pad_fraction": 0.1, "pad_fraction_unsorted": 0.3, "peak_memory_mb": 200.0,
+            "initial_val_loss": 3.0, "final_val_loss": 1.0, "n_too_long": 0, "n_malformed": 0}))
+        paths.append(str(path))
+    accuracy = {("toy", "arith"): 0.25, (student_name("toy", 4, "cpu"), "arith"): 0.5}
+    table = distill_table(paths, accuracy)
+    assert table["speedup_vs_bs1"].tolist() == [1.0, 3.0]
+    assert table["student"].tolist() == ["toy-distilled-bs1-cpu", "toy-distilled-bs4-cpu"]
+    assert table["base_accuracy"].tolist() == [0.25, 0.25]
+    assert table["student_accuracy"].isna().tolist() == [True, False]
+    assert table["accuracy_gain"].iloc[1] == 0.25

@@ -1,0 +1,65 @@
+rule teacher_traces:
+    input:
+        unpack(teacher_input),
+    output:
+        "resources/teacher/{dataset}.json",
+    log:
+        "results/logs/teacher_traces/{dataset}.log",
+    benchmark:
+        "results/benchmarks/teacher_traces/{dataset}.tsv"
+    localrule: True
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime="30m",
+    params:
+        teacher=DISTILL["teacher"],
+        code=CODE["distill"] + CODE["hub"],
+    script:
+        "../scripts/make_teacher_traces.py"
+
+
+rule distill:
+    input:
+        model=model_input,
+        teacher="resources/teacher/{dataset}.json",
+    output:
+        model=protected(
+            directory(
+                "results/distill/{model}/{dataset}/bs{batch_size}/{device}/model"
+            )
+        ),
+        log_csv="results/distill/{model}/{dataset}/bs{batch_size}/{device}/log.csv",
+        metrics="results/distill/{model}/{dataset}/bs{batch_size}/{device}/metrics.json",
+        curve=report(
+            "results/distill/{model}/{dataset}/bs{batch_size}/{device}/curve.png",
+            caption="../report/distill_curve.rst",
+            category="Distillation",
+            subcategory="Loss curves",
+        ),
+    log:
+        "results/logs/distill/{model}/{dataset}/bs{batch_size}/{device}.log",
+    benchmark:
+        "results/benchmarks/distill/{model}/{dataset}/bs{batch_size}/{device}.tsv"
+    threads: config["threads"]
+    resources:
+        mem_mb=distill_mem_mb,
+        runtime="12h",
+        gpu=gpus,
+    params:
+        dtype=dtype_of,
+        prompt_style=prompt_style_of,
+        epochs=DISTILL["epochs"],
+        lr=DISTILL["lr"],
+        max_seq_len=DISTILL["max_seq_len"],
+        validation_size=DISTILL["validation_size"],
+        use_think_tokens=DISTILL["use_think_tokens"],
+        sort_by_length=DISTILL["sort_by_length"],
+        grad_clip=DISTILL["grad_clip"],
+        log_every=DISTILL["log_every"],
+        checkpoint_every=DISTILL["checkpoint_every"],
+        teacher=DISTILL["teacher"],
+        seed=config["seed"],
+        code=CODE["distill"],
+    script:
+        "../scripts/distill.py"
