@@ -5,6 +5,8 @@ Strategies (the book's Appendix E, plus one):
 - `batched`: a left-padded batch; rows that finished keep emitting the end token (as
   placeholders) until the last row ends.
 - `batched_stop`: rows that finished leave the compute batch and the KV cache at once.
+- `continuous`: `batch_size` slots stay busy; when a row finishes, the next waiting prompt is
+  prefilled into its slot and joins the next decode step (continuous batching, without paging).
 
 Every strategy returns the same tokens for the same prompts under greedy decoding (float32);
 tests hold them to that. Bookkeeping happens on the host: each step moves the new tokens to the
@@ -14,25 +16,29 @@ host once (`tolist`), which is also what decides who is finished.
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
-from .kv_cache import KVCache
+from .kv_cache import KVCache, SlotCache
 from .padding import batches, left_pad
 
-STRATEGIES = ("sequential", "batched", "batched_stop")
+STRATEGIES = ("sequential", "batched", "batched_stop", "continuous")
 
 
 @dataclass
 class GenerationResult:
     tokens: list[list[int]]  # per prompt, in input order, without the end token
-    latency: list[float]  # seconds from the start of a prompt's batch until its answer is done
+    # Seconds from the start of a prompt's batch (continuous: of its own prefill) until its
+    # answer is done.
+    latency: list[float]
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
-    batch_rows: list[list[int]] = field(default_factory=list)  # prompt indices of each batch
+    # Prompt indices of each batch (continuous: one rolling batch, in admission order).
+    batch_rows: list[list[int]] = field(default_factory=list)
 
     @property
     def generated_tokens(self) -> int:
@@ -114,7 +120,7 @@ def generate_batch(
         if drop_finished:
             keep = [j for j, b in enumerate(in_batch) if not done[b]]
             if len(keep) < len(in_batch):
-                cache.keep_rows(torch.tensor(keep, device=device))
+                cache.keep_rows(keep)
                 in_batch = [in_batch[j] for j in keep]
         next_ids = [eos_token_id if done[b] else outputs[b][-1] for b in in_batch]
         next_ids = torch.tensor(next_ids, device=device)[:, None]
@@ -122,6 +128,88 @@ def generate_batch(
         logits = model(next_ids, step_mask, cache=cache)[:, -1]
     _sync(device)
     result.decode_seconds += time.perf_counter() - prefill_end
+
+
+@torch.inference_mode()
+def generate_continuous(
+    model,
+    prompts: Sequence[Sequence[int]],
+    order: Sequence[int],
+    batch_size: int,
+    max_new_tokens: int,
+    eos_token_id: int | None,
+    sampler,
+    result: GenerationResult,
+    bar: tqdm,
+) -> None:
+    """Continuous batching over `batch_size` slots; write tokens and latencies into `result`.
+
+    Each step decodes one token for every slot together and samples them with one host sync.
+    When a row finishes, the next waiting prompt takes its slot before the next step: all but
+    its last token are prefilled alone and their keys/values move into the slot, whose length
+    is its own (`SlotCache`); the last prompt token is that row's input to the next decode step,
+    whose logits give the first new token. Once no prompt waits, finished rows leave the batch
+    as in `batched_stop`. A prompt's latency runs from the start of its prefill.
+    """
+    device = model.device
+    call_start = time.perf_counter()
+    prefill_seconds = 0.0
+    waiting = deque(order)
+    capacity = max(len(p) for p in prompts) + max_new_tokens
+    cache = SlotCache.for_model(model, min(batch_size, len(prompts)), capacity)
+    slots: list[int | None] = [None] * len(cache.lengths)  # prompt index held by each cache row
+    next_ids = [0] * len(slots)  # each row's input to the next decode step
+    admitted = {}  # prompt index -> time its prefill started
+    while True:
+        if None in slots:  # a waiting prompt for every free slot (surplus slots were dropped)
+            _sync(device)
+            prefill_start = time.perf_counter()
+            for row, index in enumerate(slots):
+                if index is None:
+                    slots[row] = index = waiting.popleft()
+                    admitted[index] = time.perf_counter()
+                    prompt_cache = prefill(model, prompts[index][:-1])
+                    cache.insert(row, prompt_cache)
+                    next_ids[row] = prompts[index][-1]
+            _sync(device)
+            prefill_seconds += time.perf_counter() - prefill_start
+
+        step_ids = torch.tensor(next_ids, device=device)[:, None]
+        logits = model(step_ids, torch.ones_like(step_ids, dtype=torch.bool), cache=cache)[:, -1]
+        new_tokens = sampler(logits, slots).tolist()
+        now = time.perf_counter()
+        for row, (index, token) in enumerate(zip(slots, new_tokens)):
+            if token == eos_token_id:
+                done = True
+            else:
+                result.tokens[index].append(token)
+                next_ids[row] = token
+                done = len(result.tokens[index]) == max_new_tokens
+            if done:
+                result.latency[index] = now - admitted[index]
+                slots[row] = None
+                bar.update(1)
+
+        free = [row for row, index in enumerate(slots) if index is None]
+        if len(free) > len(waiting):  # slots nobody will refill leave the batch
+            surplus = set(free[len(waiting):])
+            keep = [row for row in range(len(slots)) if row not in surplus]
+            if not keep:
+                break
+            cache.keep_rows(keep)
+            slots = [slots[row] for row in keep]
+            next_ids = [next_ids[row] for row in keep]
+    _sync(device)
+    result.prefill_seconds += prefill_seconds
+    result.decode_seconds += time.perf_counter() - call_start - prefill_seconds
+
+
+def prefill(model, tokens: Sequence[int]) -> KVCache:
+    """A single-row cache holding `tokens` (possibly none), computed as `sequential` does."""
+    cache = KVCache.for_model(model, 1, len(tokens))
+    if tokens:
+        model(torch.tensor([tokens], device=model.device), cache=cache, last_only=True)
+    return cache
 
 
 def generate(
@@ -142,7 +230,8 @@ def generate(
 
     `eos_token_id=None` disables stopping (every row runs `max_new_tokens`, as in benchmarks).
     `keys` name each prompt for the sampler's per-row random streams (default: its index);
-    `order` is the order prompts are batched in (e.g. sorted by length; default: input order).
+    `order` is the order prompts are batched (continuous: admitted) in (e.g. sorted by length;
+    default: input order).
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
@@ -152,11 +241,20 @@ def generate(
     order = list(order) if order is not None else list(range(len(prompts)))
     if sorted(order) != list(range(len(prompts))):
         raise ValueError("generate: `order` must be a permutation of the prompt indices")
+    if batch_size < 1:
+        raise ValueError(f"generate: batch_size must be >= 1, got {batch_size}")
     if strategy == "sequential":
         batch_size = 1
     result = GenerationResult(tokens=[[] for _ in prompts], latency=[0.0] * len(prompts))
     with tqdm(total=len(prompts), desc=f"{strategy} bs={batch_size}", disable=not progress,
               mininterval=5) as bar:
+        if strategy == "continuous":
+            generate_continuous(
+                model, prompts, order, batch_size, max_new_tokens, eos_token_id, sampler, result,
+                bar,
+            )
+            result.batch_rows.append(order)
+            return result
         for rows in batches(order, batch_size):
             generate_batch(
                 model, prompts, rows, max_new_tokens, eos_token_id, pad_token_id, sampler,

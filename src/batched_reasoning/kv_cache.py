@@ -1,8 +1,25 @@
-"""A key/value cache allocated once per generation call and written in place."""
+"""Key/value caches allocated once per generation call and written in place.
+
+The model talks to a cache through three calls: `append_mask` (where the new tokens go and which
+cached keys are real), `write` (store one layer's new keys/values, return all of them) and
+`advance` (the new tokens are now cached). Two layouts implement them:
+
+- `KVCache`: one time axis for the whole batch; left padding aligns the rows, so one write
+  offset serves them all (the `batched` strategies).
+- `SlotCache`: every row has its own length, so a row can be refilled with a new prompt while
+  the others keep decoding (the `continuous` strategy).
+"""
 
 from __future__ import annotations
 
 import torch
+
+
+def _storage(model, batch: int, max_len: int, fill) -> tuple[torch.Tensor, torch.Tensor]:
+    cfg = model.cfg
+    shape = (cfg.num_hidden_layers, batch, cfg.num_key_value_heads, max_len, cfg.head_dim)
+    return (fill(shape, dtype=model.dtype, device=model.device),
+            fill(shape, dtype=model.dtype, device=model.device))
 
 
 class KVCache:
@@ -12,32 +29,33 @@ class KVCache:
     whole batch; `key_mask` remembers which cached positions hold real tokens.
     """
 
-    def __init__(self, n_layers, batch, n_kv_heads, max_len, head_dim, dtype, device):
-        shape = (n_layers, batch, n_kv_heads, max_len, head_dim)
-        self.keys = torch.empty(shape, dtype=dtype, device=device)
-        self.values = torch.empty(shape, dtype=dtype, device=device)
-        self.key_mask = torch.zeros(batch, max_len, dtype=torch.bool, device=device)
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        self.keys, self.values = keys, values
+        batch, max_len = keys.shape[1], keys.shape[3]
+        self.key_mask = torch.zeros(batch, max_len, dtype=torch.bool, device=keys.device)
         self.length = 0
 
     @classmethod
-    def for_model(cls, model, batch: int, max_len: int) -> "KVCache":
-        cfg = model.cfg
-        return cls(
-            cfg.num_hidden_layers, batch, cfg.num_key_value_heads, max_len, cfg.head_dim,
-            model.dtype, model.device,
-        )
+    def for_model(cls, model, batch: int, max_len: int) -> KVCache:
+        return cls(*_storage(model, batch, max_len, torch.empty))
 
     @property
     def capacity(self) -> int:
         return self.keys.shape[3]
 
-    def append_mask(self, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Record the new tokens' mask; return the mask over all keys seen so far."""
-        end = self.length + attention_mask.shape[1]
+    def append_mask(self, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Record the new tokens' mask.
+
+        Return the mask over all keys cached so far (batch, keys) and the new tokens' cache
+        positions (batch, time), which here are the last `time` columns of every row.
+        """
+        batch, time = attention_mask.shape
+        end = self.length + time
         if end > self.capacity:
             raise ValueError(f"KV cache overflow: {end} positions > capacity {self.capacity}")
         self.key_mask[:, self.length:end] = attention_mask
-        return self.key_mask[:, :end]
+        positions = torch.arange(self.length, end, device=attention_mask.device)
+        return self.key_mask[:, :end], positions.expand(batch, time)
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Store the new keys/values of `layer`; return the keys/values of all cached positions."""
@@ -49,8 +67,75 @@ class KVCache:
     def advance(self, steps: int) -> None:
         self.length += steps
 
-    def keep_rows(self, rows: torch.Tensor) -> None:
+    def keep_rows(self, rows: list[int]) -> None:
         """Drop every row not in `rows` (finished sequences leave the compute batch)."""
-        self.keys = self.keys[:, rows]
-        self.values = self.values[:, rows]
-        self.key_mask = self.key_mask[rows]
+        index = torch.tensor(rows, device=self.keys.device)
+        self.keys = self.keys[:, index]
+        self.values = self.values[:, index]
+        self.key_mask = self.key_mask[index]
+
+
+class SlotCache:
+    """Keys and values for `batch` slots, each holding one sequence of its own length.
+
+    Row `r` holds real tokens at positions `0 .. lengths[r] - 1` and nothing else, so a row
+    needs no padding mask: its new tokens go at its own length, and attention masks every key
+    past the row's end. Lengths live on the host (the generation loop knows them without
+    asking the device). The storage starts zeroed: a masked key must still be a finite number,
+    since a masked-out NaN value would poison the attention sum.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        self.keys, self.values = keys, values
+        self.lengths = [0] * keys.shape[1]
+        self._positions = None  # cache positions of the tokens being written, (batch, time)
+
+    @classmethod
+    def for_model(cls, model, batch: int, max_len: int) -> SlotCache:
+        return cls(*_storage(model, batch, max_len, torch.zeros))
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[3]
+
+    def insert(self, row: int, prompt_cache: KVCache) -> None:
+        """Put a prefilled single-row, unpadded `prompt_cache` into slot `row`, replacing it."""
+        length = prompt_cache.length
+        if length > self.capacity:
+            raise ValueError(f"KV cache overflow: {length} positions > capacity {self.capacity}")
+        self.keys[:, row, :, :length] = prompt_cache.keys[:, 0, :, :length]
+        self.values[:, row, :, :length] = prompt_cache.values[:, 0, :, :length]
+        self.lengths[row] = length
+
+    def append_mask(self, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The new tokens go at each row's own end; `attention_mask` must be all real tokens."""
+        time = attention_mask.shape[1]
+        ends = [length + time for length in self.lengths]
+        if max(ends) > self.capacity:
+            raise ValueError(f"KV cache overflow: {max(ends)} positions > capacity {self.capacity}")
+        device = attention_mask.device
+        starts = torch.tensor(self.lengths, device=device)[:, None]
+        self._positions = starts + torch.arange(time, device=device)
+        key_pos = torch.arange(max(ends), device=device)
+        key_mask = key_pos < (starts + time)
+        return key_mask, self._positions
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Store each row's new keys/values at its own positions; return keys/values up to the
+        longest row's end (shorter rows' surplus is masked)."""
+        rows = torch.arange(k.shape[0], device=k.device)[:, None]
+        # Indexing (rows, :, positions) puts the (batch, time) index dims first.
+        self.keys[layer][rows, :, self._positions] = k.transpose(1, 2)
+        self.values[layer][rows, :, self._positions] = v.transpose(1, 2)
+        end = max(self.lengths) + k.shape[2]
+        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+
+    def advance(self, steps: int) -> None:
+        self.lengths = [length + steps for length in self.lengths]
+
+    def keep_rows(self, rows: list[int]) -> None:
+        """Drop every slot not in `rows` (no prompt is left to refill them)."""
+        index = torch.tensor(rows, device=self.keys.device)
+        self.keys = self.keys[:, index]
+        self.values = self.values[:, index]
+        self.lengths = [self.lengths[r] for r in rows]

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import Qwen3Config
-from .kv_cache import KVCache
+from .kv_cache import KVCache, SlotCache
 
 
 class RMSNorm(nn.Module):
@@ -62,7 +62,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, cache: KVCache | None, layer: int):
+    def forward(self, x, cos, sin, mask, cache: KVCache | SlotCache | None, layer: int):
         batch, time, _ = x.shape
         q = self.q_proj(x).view(batch, time, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(batch, time, self.n_kv_heads, self.head_dim)
@@ -112,15 +112,15 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
-def attention_mask_4d(key_mask: torch.Tensor, query_len: int) -> torch.Tensor:
-    """(batch, keys) validity -> (batch, 1, queries, keys) causal mask for the last `query_len` keys.
+def attention_mask_4d(key_mask: torch.Tensor, query_pos: torch.Tensor) -> torch.Tensor:
+    """(batch, keys) validity and the queries' key positions (batch, queries) -> causal mask
+    (batch, 1, queries, keys).
 
     A padded query position has no valid key before it; letting it see itself keeps softmax
     finite, and nothing real ever attends to it.
     """
-    n_keys = key_mask.shape[1]
-    query_pos = torch.arange(n_keys - query_len, n_keys, device=key_mask.device)[:, None]
-    key_pos = torch.arange(n_keys, device=key_mask.device)[None, :]
+    key_pos = torch.arange(key_mask.shape[1], device=key_mask.device)
+    query_pos = query_pos[:, None, :, None]
     causal = key_pos <= query_pos
     return (causal & key_mask[:, None, None, :]) | (key_pos == query_pos)
 
@@ -147,13 +147,15 @@ class Qwen3(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | SlotCache | None = None,
         last_only: bool = False,
     ) -> torch.Tensor:
         """Logits for `input_ids` (batch, time).
 
         Without a cache this is a full causal pass (training, scoring). With one, the new tokens'
-        keys and values are written into it and attention spans everything cached so far.
+        keys and values are written into it, at positions the cache chooses (after the shared
+        end of a left-padded batch, or after each row's own end), and attention spans
+        everything cached so far.
         `last_only` projects to the vocabulary at the final position only: prefill needs no more,
         and the vocabulary projection over every prompt position is the largest tensor of all.
         """
@@ -161,12 +163,13 @@ class Qwen3(nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
         if cache is not None:
-            key_mask = cache.append_mask(attention_mask)
+            key_mask, query_pos = cache.append_mask(attention_mask)
         else:
             key_mask = attention_mask
-        if position_ids is None:
-            position_ids = (key_mask.cumsum(-1) - 1).clamp(min=0)[:, -time:]
-        mask = attention_mask_4d(key_mask, time)
+            query_pos = torch.arange(time, device=input_ids.device).expand(batch, time)
+        if position_ids is None:  # the number of real tokens before each new one
+            position_ids = (key_mask.cumsum(-1) - 1).clamp(min=0).gather(1, query_pos)
+        mask = attention_mask_4d(key_mask, query_pos)
         x = self.model.embed_tokens(input_ids)
         cos, sin = rotary_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
         for index, layer in enumerate(self.model.layers):

@@ -56,7 +56,7 @@ CODE = {
 wildcard_constraints:
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
-    strategy=r"sequential|batched|batched_stop",
+    strategy=r"sequential|batched|batched_stop|continuous",
     batch_size=r"[1-9][0-9]*",
     device=r"cpu|cuda|mps",
 
