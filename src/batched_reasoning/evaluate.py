@@ -13,6 +13,7 @@ from .generation import generate
 from .grading import extract_answer, is_correct
 from .io import atomic_path, read_json, read_jsonl, write_json, write_jsonl
 from .memory import PeakMemory
+from .memory_model import predict_peak_mb
 from .padding import batches, left_pad, length_sorted, pad_fraction
 from .prompts import TextTokenizer, format_prompt
 from .provenance import resolve_device, run_info
@@ -107,6 +108,10 @@ def evaluate(
         "tokens_per_second": result.generated_tokens / wall,
         "pad_fraction": read_json(stats_path)["pad_fraction"],
         "peak_memory_mb": memory.peak_mb,
+        "predicted_peak_memory_mb": predict_peak_mb(
+            model.cfg, dtype, 1 if strategy == "sequential" else batch_size,
+            max(len(p) for p in prompts), max_new_tokens, torch_device.type,
+        )["total"],
         "latency_p50_seconds": float(np.percentile(result.latency, 50)),
         "latency_p95_seconds": float(np.percentile(result.latency, 95)),
         "strategy": strategy, "batch_size": batch_size, "dtype": dtype,

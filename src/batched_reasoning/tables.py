@@ -56,6 +56,7 @@ def evaluate_table(metrics_paths: list[str], records_paths: list[str]) -> pd.Dat
             "time_s": run["wall_seconds"],
             "tokens_per_s": run["tokens_per_second"],
             "peak_mem_mb": run["peak_memory_mb"],
+            "predicted_mem_mb": run["predicted_peak_memory_mb"],
             "pad_fraction": run["pad_fraction"],
             "latency_p50_s": run["latency_p50_seconds"],
             "latency_p95_s": run["latency_p95_seconds"],

@@ -1,9 +1,13 @@
 import re
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from batched_reasoning.config import Qwen3Config
+from batched_reasoning.memory_model import predict_peak_mb
 from batched_reasoning.provenance import code_hash
+from batched_reasoning.toy_tokenizer import QWEN3_SPECIAL_TOKENS
 
 validate(config, "../schemas/config.schema.yaml")
 
@@ -123,14 +127,43 @@ def sweep_paths(section, name):
     ]
 
 
+# Shape assumed for a hub model whose config.json is not downloaded yet (Qwen3-0.6B).
+DEFAULT_ARCHITECTURE = Qwen3Config(
+    vocab_size=151_936,
+    hidden_size=1024,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=3072,
+)
+# Prompt length the memory requests allow for (MATH-500 prompts are shorter).
+PROMPT_TOKENS = 512
+
+
+def architecture(model):
+    """A model's shape, known before it is built or downloaded where possible."""
+    base = base_model(model)
+    if config["models"][base]["source"] == "toy":
+        toy = dict(config["toy"])
+        toy["vocab_size"] += len(QWEN3_SPECIAL_TOKENS)
+        return Qwen3Config(**toy)
+    path = Path(model_dir(base)) / "config.json"
+    return Qwen3Config.from_file(path) if path.is_file() else DEFAULT_ARCHITECTURE
+
+
 def generation_mem_mb(wildcards, attempt):
-    """Memory to ask a scheduler for: model weights plus a share per batch row, more on retry."""
-    base = (
-        1000
-        if config["models"][base_model(wildcards.model)]["source"] == "toy"
-        else 4000
-    )
-    return attempt * (base + 100 * int(wildcards.batch_size))
+    """Memory to ask a scheduler for: the memory model's prediction for this model and batch
+    size with 50% headroom, and more on each retry."""
+    predicted = predict_peak_mb(
+        architecture(wildcards.model),
+        config["dtype"][wildcards.device],
+        int(wildcards.batch_size),
+        PROMPT_TOKENS,
+        EVAL["max_new_tokens"],
+        "cpu",
+    )["total"]
+    return int(attempt * 1.5 * predicted)
 
 
 def gpus(wildcards):
