@@ -73,9 +73,10 @@ def test_workflow_runs_through_slurm(tmp_path):
         if (cluster / "results/logs").exists() else ""
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n{logs}"
 
-    slurm_logs = list((cluster / ".snakemake/slurm_logs").rglob("*.log"))
+    log_root = cluster / ".snakemake/slurm_logs"  # rule_<rule>/<wildcards>/<jobid>.log
+    slurm_logs = list(log_root.rglob("*.log"))
     job_ids = {p.stem for p in slurm_logs}
-    submitted = {p.parent.name for p in slurm_logs}
+    submitted = {p.relative_to(log_root).parts[0] for p in slurm_logs}
     assert {"rule_pretrain", "rule_evaluate", "rule_self_consistency", "rule_grpo",
             "rule_distill"} <= submitted
     assert not submitted & {"rule_evaluate_table", "rule_self_consistency_table"}, "tables run locally"
