@@ -154,6 +154,7 @@ def run(toy_dir, tmp_path, teacher, name, **overrides):
     out = tmp_path / name
     settings = dict(prompt_style="base", batch_size=4, device="cpu", dtype="float32", epochs=2,
                     lr=5e-4, max_seq_len=overrides.pop("max_seq_len"), validation_size=6,
+                    max_examples=None,
                     use_think_tokens=True, sort_by_length=True, grad_clip=1.0, seed=3, log_every=5,
                     checkpoint_every=3, threads=1) | overrides
     metrics = distill(str(toy_dir), str(teacher), str(out / "model"), str(out / "checkpoints"),

@@ -68,7 +68,8 @@ def test_changed_grpo_lr_reruns_only_grpo(workdir):
 
 def test_added_batch_size_schedules_only_its_runs(workdir):
     edit_config(workdir, lambda c: c["evaluate"].update(batch_sizes=[1, 3, 5]))
-    assert planned_jobs(workdir) == {"tokenize": 1, "evaluate": 2, "evaluate_table": 1, "all": 1}
+    # batched, batched_stop and continuous at the new size; sequential runs at size 1 only
+    assert planned_jobs(workdir) == {"tokenize": 1, "evaluate": 3, "evaluate_table": 1, "all": 1}
 
 
 def test_sampler_edit_reruns_only_sampling_stages(workdir):

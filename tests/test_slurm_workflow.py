@@ -32,7 +32,7 @@ def test_profile_asks_gpus_only_for_cuda_and_memory_grows_with_batch(tmp_path):
     config["evaluate"] |= {"devices": ["cpu", "cuda"], "batch_sizes": [1, 4, 16]}
     jobs = dry_run_resources(copy_workflow(tmp_path, config))
     evaluations = [j for j in jobs if j["rule"] == "evaluate" and j["wildcards"]["model"] == "toy"]
-    assert len(evaluations) == 14
+    assert len(evaluations) == 2 * (1 + 3 * 3)  # devices x (sequential + 3 strategies x 3 sizes)
     for job in evaluations:
         assert job["resources"]["gpu"] == ("1" if job["wildcards"]["device"] == "cuda" else "0")
     memory = {int(j["wildcards"]["batch_size"]): int(j["resources"]["mem_mb"]) for j in evaluations}

@@ -21,8 +21,8 @@ def finished_run(tmp_path_factory):
 def test_evaluation_table_has_every_run(finished_run):
     table = pd.read_csv(finished_run / "results/tables/evaluate.tsv", sep="\t")
     runs = set(zip(table.strategy, table.batch_size))
-    assert runs == {("sequential", 1), ("batched", 1), ("batched", 3),
-                    ("batched_stop", 1), ("batched_stop", 3)}
+    assert runs == {("sequential", 1), ("batched", 1), ("batched", 3), ("batched_stop", 1),
+                    ("batched_stop", 3), ("continuous", 1), ("continuous", 3)}
     assert (table.matches_sequential == "yes").all()
     assert (table.tokens_per_s > 0).all() and (table.peak_mem_mb > 0).all()
     assert table.best.eq("best").sum() == 1

@@ -21,7 +21,8 @@ import pandas as pd
 import torch
 
 from .checkpoint import load_model, save_model
-from .io import atomic_path, save_figure, write_json
+from .hub import download_dataset_file
+from .io import atomic_path, read_jsonl, save_figure, write_json
 from .memory import PeakMemory
 from .padding import batches, left_pad, length_sorted
 from .prompts import TextTokenizer, format_prompt
@@ -33,6 +34,20 @@ LISTED_MALFORMED = 10
 
 
 # --- Teacher data ---------------------------------------------------------------------------
+
+def prepare_teacher(teacher: dict, out_path: str, train_path: str | None = None,
+                    source_path: str | None = None) -> None:
+    """Write the teacher file of config `distill.teacher`: arith worked steps, a hub file, or a
+    local file copied as is (malformed rows are counted when the distill stage reads it)."""
+    if teacher["source"] == "arith-traces":
+        write_json(make_teacher_traces(read_jsonl(train_path)), out_path)
+    elif teacher["source"] == "hub":
+        download_dataset_file(teacher["repo_id"], teacher["filename"], out_path,
+                              teacher["revision"])
+    else:
+        with atomic_path(out_path) as tmp:
+            shutil.copyfile(source_path, tmp)
+
 
 def make_teacher_traces(records: list[dict]) -> list[dict]:
     """`arith` records as teacher rows: the worked steps think, the boxed answer concludes."""
@@ -184,9 +199,9 @@ def distill(
     model_dir: str, teacher_path: str, out_dir: str, work_dir: str, log_csv: str,
     metrics_json: str, curve_png: str, *,
     prompt_style: str, batch_size: int, device: str, dtype: str, epochs: int, lr: float,
-    max_seq_len: int, validation_size: int, use_think_tokens: bool, sort_by_length: bool,
-    grad_clip: float | None, seed: int, log_every: int, checkpoint_every: int, threads: int,
-    params: dict, labels: dict,
+    max_seq_len: int, validation_size: int, max_examples: int | None, use_think_tokens: bool,
+    sort_by_length: bool, grad_clip: float | None, seed: int, log_every: int,
+    checkpoint_every: int, threads: int, params: dict, labels: dict,
 ) -> dict:
     """Train the student; write it to `out_dir` with its log, loss curve and metrics.
 
@@ -204,6 +219,7 @@ def distill(
         print(f"dropped {n_too_long} of {len(examples)} examples longer than {max_seq_len} tokens",
               flush=True)
     train, validation = split_validation(kept, validation_size, seed)
+    train = train[:max_examples]
     lengths = [len(e.ids) for e in train]
     steps_per_epoch = math.ceil(len(train) / batch_size)
     total_steps = epochs * steps_per_epoch

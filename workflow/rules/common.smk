@@ -193,7 +193,7 @@ def distill_path(name):
 
 def distill_evaluations():
     """Greedy evaluations of every student and of the model it started from."""
-    size = max(EVAL["batch_sizes"])
+    size = DISTILL["eval_batch_size"]
     paths = set()
     for model, dataset, batch_size, device in distill_runs():
         for name in (model, f"{model}-distilled-bs{batch_size}-{device}"):

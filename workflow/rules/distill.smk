@@ -14,7 +14,7 @@ rule teacher_traces:
         runtime="30m",
     params:
         teacher=DISTILL["teacher"],
-        code=CODE["distill"] + CODE["hub"],
+        code=CODE["distill"],
     script:
         "../scripts/make_teacher_traces.py"
 
@@ -53,6 +53,7 @@ rule distill:
         lr=DISTILL["lr"],
         max_seq_len=DISTILL["max_seq_len"],
         validation_size=DISTILL["validation_size"],
+        max_examples=DISTILL["max_examples"],
         use_think_tokens=DISTILL["use_think_tokens"],
         sort_by_length=DISTILL["sort_by_length"],
         grad_clip=DISTILL["grad_clip"],

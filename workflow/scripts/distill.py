@@ -12,6 +12,7 @@ with log_to(snakemake.log[0]):
         prompt_style=p.prompt_style, batch_size=int(snakemake.wildcards.batch_size),
         device=snakemake.wildcards.device, dtype=p.dtype, epochs=p.epochs, lr=p.lr,
         max_seq_len=p.max_seq_len, validation_size=p.validation_size,
+        max_examples=p.max_examples,
         use_think_tokens=p.use_think_tokens, sort_by_length=p.sort_by_length,
         grad_clip=p.grad_clip, seed=p.seed, log_every=p.log_every,
         checkpoint_every=p.checkpoint_every, threads=snakemake.threads,
