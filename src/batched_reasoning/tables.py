@@ -41,15 +41,21 @@ def mark_best(table: pd.DataFrame, group: list[str], by: str) -> pd.Series:
     return table[by].eq(best)
 
 
+def sequential_baseline(runs: pd.DataFrame, run: pd.Series) -> pd.Series | None:
+    """The `sequential` run of the same model, dataset, device and dtype as `run`, if any."""
+    same_setup = ["model", "dataset", "device", "dtype"]
+    found = runs[(runs[same_setup] == run[same_setup]).all(axis=1)
+                 & (runs["strategy"] == "sequential")]
+    return None if found.empty else found.iloc[0]
+
+
 def evaluate_table(metrics_paths: list[str], records_paths: list[str]) -> pd.DataFrame:
     runs = load_runs(metrics_paths)
     outputs = [[r["generated_ids"] for r in read_jsonl(p)] for p in records_paths]
     runs["outputs"] = outputs
-    same_setup = ["model", "dataset", "device", "dtype"]
     rows = []
     for _, run in runs.iterrows():
-        baseline = runs[(runs[same_setup] == run[same_setup]).all(axis=1)
-                        & (runs["strategy"] == "sequential")]
+        base = sequential_baseline(runs, run)
         row = {k: run[k] for k in RUN_KEYS} | {
             "accuracy": run["accuracy"],
             **{f"acc_L{level}": acc for level, acc in run["accuracy_by_level"].items()},
@@ -61,10 +67,9 @@ def evaluate_table(metrics_paths: list[str], records_paths: list[str]) -> pd.Dat
             "latency_p50_s": run["latency_p50_seconds"],
             "latency_p95_s": run["latency_p95_seconds"],
         }
-        if baseline.empty:
+        if base is None:
             row |= {"speedup_vs_sequential": None, "matches_sequential": "no baseline"}
         else:
-            base = baseline.iloc[0]
             row["speedup_vs_sequential"] = run["tokens_per_second"] / base["tokens_per_second"]
             if run["dtype"] == "float32":
                 row["matches_sequential"] = "yes" if run["outputs"] == base["outputs"] else "MISMATCH"
@@ -118,11 +123,9 @@ def plot_throughput(table: pd.DataFrame, png: str, title: str) -> None:
 def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
     """One row per run; speedup is sequential's training time over the run's (same setup)."""
     runs = pd.DataFrame([read_json(p) for p in metrics_paths])
-    same_setup = ["model", "dataset", "device", "dtype"]
     rows = []
     for _, run in runs.iterrows():
-        baseline = runs[(runs[same_setup] == run[same_setup]).all(axis=1)
-                        & (runs["strategy"] == "sequential")]
+        base = sequential_baseline(runs, run)
         rows.append({k: run[k] for k in RUN_KEYS} | {
             "time_s": run["train_seconds"],
             "tokens_per_s": run["rollout_tokens_per_second"],
@@ -134,8 +137,8 @@ def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
             "eval_acc_before": run["eval_acc_before"],
             "eval_acc_after": run["eval_acc_after"],
             "skipped_updates": run["skipped_updates"],
-            "speedup_vs_sequential": (baseline.iloc[0]["train_seconds"] / run["train_seconds"]
-                                      if not baseline.empty else None),
+            "speedup_vs_sequential": (base["train_seconds"] / run["train_seconds"]
+                                      if base is not None else None),
         })
     table = pd.DataFrame(rows).sort_values(RUN_KEYS, ignore_index=True)
     table["best"] = mark_best(table, ["model", "dataset", "device"], "tokens_per_s").map(
@@ -182,11 +185,9 @@ def self_consistency_table(metrics_paths: list[str], records_paths: list[str]) -
     """One row per run, compared with the sequential run of the same model, data and device."""
     runs = pd.DataFrame([read_json(p) for p in metrics_paths])
     runs["winners"] = [[r["winner"] for r in read_jsonl(p)] for p in records_paths]
-    same_setup = ["model", "dataset", "device", "dtype"]
     rows = []
     for _, run in runs.iterrows():
-        baseline = runs[(runs[same_setup] == run[same_setup]).all(axis=1)
-                        & (runs["strategy"] == "sequential")]
+        base = sequential_baseline(runs, run)
         row = {k: run[k] for k in RUN_KEYS} | {
             "num_samples": run["num_samples"],
             "vote_accuracy": run["accuracy"],
@@ -198,10 +199,9 @@ def self_consistency_table(metrics_paths: list[str], records_paths: list[str]) -
             "tokens_per_s": run["tokens_per_second"],
             "peak_mem_mb": run["peak_memory_mb"],
         }
-        if baseline.empty:
+        if base is None:
             row |= {"speedup_vs_sequential": None, "votes_match_sequential": "no baseline"}
         else:
-            base = baseline.iloc[0]
             row["speedup_vs_sequential"] = run["tokens_per_second"] / base["tokens_per_second"]
             same = [a == b for a, b in zip(run["winners"], base["winners"])]
             if all(same):
