@@ -31,7 +31,7 @@ TIMING = ["tokens_per_sec", "gen_seconds", "update_seconds", "step_seconds", "pe
 CONFIG = dict(
     strategy="batched", batch_size=4, device="cpu", dtype="float32", steps=6, num_rollouts=4,
     max_new_tokens=12, temperature=1.0, top_p=1.0, lr=1e-3, grad_clip=1.0, seed=0,
-    checkpoint_every=2, eval_every=3, eval_problems=4, skip_zero_advantage=True,
+    checkpoint_every=2, eval_every=3, eval_problems=4, train_problems=None, skip_zero_advantage=True,
     prompt_style="base", threads=1,
 )
 

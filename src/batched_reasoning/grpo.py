@@ -155,11 +155,13 @@ def train_grpo(
     strategy: str, batch_size: int, device: str, dtype: str, steps: int, num_rollouts: int,
     max_new_tokens: int, temperature: float, top_p: float, lr: float, grad_clip: float,
     seed: int, checkpoint_every: int, eval_every: int, eval_problems: int,
-    skip_zero_advantage: bool, prompt_style: str, threads: int, params: dict, labels: dict,
+    train_problems: int | None, skip_zero_advantage: bool, prompt_style: str, threads: int,
+    params: dict, labels: dict,
 ) -> dict:
     """Train for `steps` GRPO steps; resumes from the latest checkpoint in `work_dir`.
 
-    Step s (0-based) trains on train record s mod n, as the book. Log row `step` k is the state
+    Step s (0-based) trains on train record s mod n, as the book; n is `train_problems` (the
+    first records, revisited every n steps) or the whole train split. Log row `step` k is the state
     after k steps; row 0 holds only the accuracy before training. Response lengths and rollout
     tokens/s count generated tokens without the end token, as `generate` reports them.
     """
@@ -170,7 +172,7 @@ def train_grpo(
     work_dir = Path(work_dir)
     claim_work_dir(work_dir, params, [model_dir, train_path, test_path])
     tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
-    train = read_jsonl(train_path)
+    train = read_jsonl(train_path)[:train_problems]
     test = read_jsonl(test_path)[:eval_problems]
     eval_prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style)) for r in test]
     eval_answers = [r["answer"] for r in test]

@@ -40,6 +40,7 @@ rule grpo:
         checkpoint_every=GRPO["checkpoint_every"],
         eval_every=GRPO["eval_every"],
         eval_problems=GRPO["eval_problems"],
+        train_problems=GRPO["train_problems"],
         skip_zero_advantage=GRPO["skip_zero_advantage"],
         prompt_style=prompt_style_of,
         seed=config["seed"],

@@ -14,7 +14,7 @@ with log_to(snakemake.log[0]):
         max_new_tokens=p.max_new_tokens, temperature=p.temperature, top_p=p.top_p, lr=p.lr,
         grad_clip=p.grad_clip, seed=p.seed, checkpoint_every=p.checkpoint_every,
         eval_every=p.eval_every, eval_problems=p.eval_problems,
-        skip_zero_advantage=p.skip_zero_advantage, prompt_style=p.prompt_style,
+        train_problems=p.train_problems, skip_zero_advantage=p.skip_zero_advantage, prompt_style=p.prompt_style,
         threads=snakemake.threads,
         params=dict(p.items()),
         labels=dict(snakemake.wildcards.items()),
