@@ -8,6 +8,8 @@ from batched_reasoning.config import Qwen3Config
 from batched_reasoning.model import Qwen3
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+EOS = 3
+PAD = 0
 
 TINY = dict(
     vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -40,3 +42,12 @@ def shared_file(name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"{path} not available")
     return path
+
+
+@pytest.fixture(scope="module")
+def eos_model():
+    """A tiny model whose boosted end-token logit ends rows after very different step counts."""
+    model = random_model(seed=7)
+    with torch.no_grad():
+        model.lm_head.weight[EOS] *= 2.5
+    return model

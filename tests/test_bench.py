@@ -6,8 +6,7 @@ import random
 
 import pandas as pd
 import pytest
-import torch
-from conftest import random_model
+from conftest import EOS, PAD
 
 from batched_reasoning.bench import (
     SYNTHETIC_LENGTHS,
@@ -27,7 +26,6 @@ PROBLEMS = [
     "A rectangle has sides 3 and 4. What is the length of its diagonal? Give the answer as an integer.",
     "Simplify 6/8.",
 ]
-EOS, PAD = 3, 0
 
 
 @pytest.fixture(scope="module")
@@ -71,15 +69,6 @@ def test_synthetic_prompts_are_seeded_and_varied():
 def varied_prompts():
     rng = random.Random(0)
     return [[rng.randrange(4, 97) for _ in range(n)] for n in (1, 40, 5, 17, 64, 2, 9)]
-
-
-@pytest.fixture(scope="module")
-def eos_model():
-    """A tiny model whose boosted EOS logit ends rows at different steps."""
-    model = random_model(seed=7)
-    with torch.no_grad():
-        model.lm_head.weight[EOS] *= 2.5
-    return model
 
 
 @pytest.mark.parametrize("eos_token_id", [EOS, None])

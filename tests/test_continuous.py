@@ -4,15 +4,13 @@ import random
 
 import pytest
 import torch
-from conftest import random_model
+from conftest import EOS, PAD
 
 from batched_reasoning.generation import Greedy, generate
 from batched_reasoning.kv_cache import KVCache, SlotCache
 from batched_reasoning.padding import length_sorted
 from batched_reasoning.sampling import TopP
 
-EOS = 3
-PAD = 0
 LENGTHS = [1, 120, 5, 64, 2, 33, 90, 12, 7, 50]  # more prompts than slots, very different lengths
 
 
@@ -21,23 +19,14 @@ def prompts_of(lengths, seed=0):
     return [[rng.randrange(4, 97) for _ in range(length)] for length in lengths]
 
 
-@pytest.fixture(scope="module")
-def model():
-    # A boosted EOS logit ends rows after very different numbers of tokens.
-    m = random_model(seed=7)
-    with torch.no_grad():
-        m.lm_head.weight[EOS] *= 2.5
-    return m
-
-
-def run(model, prompts, strategy, batch_size, **kw):
+def run(eos_model, prompts, strategy, batch_size, **kw):
     kw = {"max_new_tokens": 24, "eos_token_id": EOS, "pad_token_id": PAD} | kw
-    return generate(model, prompts, strategy=strategy, batch_size=batch_size, **kw)
+    return generate(eos_model, prompts, strategy=strategy, batch_size=batch_size, **kw)
 
 
 @pytest.fixture(scope="module")
-def sequential(model):
-    return run(model, prompts_of(LENGTHS), "sequential", 1)
+def sequential(eos_model):
+    return run(eos_model, prompts_of(LENGTHS), "sequential", 1)
 
 
 def test_answers_have_very_different_lengths(sequential):
@@ -46,15 +35,15 @@ def test_answers_have_very_different_lengths(sequential):
 
 
 @pytest.mark.parametrize("slots", [1, 2, 3, 4, 16])
-def test_continuous_equals_sequential(model, sequential, slots):
-    result = run(model, prompts_of(LENGTHS), "continuous", slots)
+def test_continuous_equals_sequential(eos_model, sequential, slots):
+    result = run(eos_model, prompts_of(LENGTHS), "continuous", slots)
     assert result.tokens == sequential.tokens
 
 
-def test_order_sets_admission_and_outputs_stay_in_input_order(model, sequential):
+def test_order_sets_admission_and_outputs_stay_in_input_order(eos_model, sequential):
     prompts = prompts_of(LENGTHS)
     order = length_sorted(LENGTHS)
-    result = run(model, prompts, "continuous", 3, order=order)
+    result = run(eos_model, prompts, "continuous", 3, order=order)
     assert result.tokens == sequential.tokens
     assert result.batch_rows == [order]
 
@@ -71,10 +60,10 @@ class RecordingGreedy(Greedy):
 
 
 @pytest.mark.parametrize("slots", [1, 3])
-def test_prompts_are_admitted_in_order(model, slots):
+def test_prompts_are_admitted_in_order(eos_model, slots):
     order = [7, 3, 0, 9, 4, 1, 2, 8, 6, 5]
     sampler = RecordingGreedy()
-    run(model, prompts_of(LENGTHS), "continuous", slots, order=order, sampler=sampler)
+    run(eos_model, prompts_of(LENGTHS), "continuous", slots, order=order, sampler=sampler)
     admitted = []
     for rows in sampler.steps:
         admitted += [index for index in rows if index not in admitted]
@@ -82,40 +71,40 @@ def test_prompts_are_admitted_in_order(model, slots):
     assert sampler.steps[0] == order[:slots]
 
 
-def test_sampled_outputs_equal_sequential(model):
+def test_sampled_outputs_equal_sequential(eos_model):
     prompts = prompts_of(LENGTHS)
     sampler = lambda seed=11: TopP(temperature=1.0, top_p=0.9, seed=seed)
-    expected = run(model, prompts, "sequential", 1, sampler=sampler()).tokens
-    assert run(model, prompts, "continuous", 3, sampler=sampler()).tokens == expected
-    assert run(model, prompts, "continuous", 3, sampler=sampler(12)).tokens != expected
+    expected = run(eos_model, prompts, "sequential", 1, sampler=sampler()).tokens
+    assert run(eos_model, prompts, "continuous", 3, sampler=sampler()).tokens == expected
+    assert run(eos_model, prompts, "continuous", 3, sampler=sampler(12)).tokens != expected
 
 
-def test_no_eos_runs_full_length(model):
-    result = run(model, prompts_of(LENGTHS[:5]), "continuous", 2, eos_token_id=None,
+def test_no_eos_runs_full_length(eos_model):
+    result = run(eos_model, prompts_of(LENGTHS[:5]), "continuous", 2, eos_token_id=None,
                  max_new_tokens=6)
     assert [len(t) for t in result.tokens] == [6] * 5
 
 
-def test_timing_fields(model):
-    result = run(model, prompts_of(LENGTHS), "continuous", 4)
+def test_timing_fields(eos_model):
+    result = run(eos_model, prompts_of(LENGTHS), "continuous", 4)
     assert result.prefill_seconds > 0 and result.decode_seconds > 0
     assert all(t > 0 for t in result.latency)
     # A prompt's latency starts with its own prefill, so none exceeds the whole call.
     assert max(result.latency) <= result.prefill_seconds + result.decode_seconds + 1e-3
 
 
-def test_slot_cache_rows_of_different_lengths_match_alone(model):
+def test_slot_cache_rows_of_different_lengths_match_alone(eos_model):
     """Two rows at different lengths decode one token together as each would alone."""
     prompts = prompts_of([9, 30], seed=3)
-    cache = SlotCache.for_model(model, 2, 40)
+    cache = SlotCache.for_model(eos_model, 2, 40)
     alone = []
     with torch.inference_mode():
         for row, prompt in enumerate(prompts):
-            single = KVCache.for_model(model, 1, 40)
-            model(torch.tensor([prompt[:-1]]), cache=single)
+            single = KVCache.for_model(eos_model, 1, 40)
+            eos_model(torch.tensor([prompt[:-1]]), cache=single)
             cache.insert(row, single)
-            alone.append(model(torch.tensor([[prompt[-1]]]), cache=single)[0, -1])
+            alone.append(eos_model(torch.tensor([[prompt[-1]]]), cache=single)[0, -1])
         step = torch.tensor([[p[-1]] for p in prompts])
-        together = model(step, cache=cache)[:, -1]
+        together = eos_model(step, cache=cache)[:, -1]
     torch.testing.assert_close(together, torch.stack(alone), atol=1e-5, rtol=0)
     assert cache.lengths == [9, 30]
