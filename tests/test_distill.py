@@ -227,20 +227,25 @@ def test_checkpoint_of_other_settings_is_not_resumed(toy_dir, tmp_path, monkeypa
     assert metrics["resumed_from_step"] == 0
 
 
-def test_table_compares_batch_sizes_and_takes_accuracies(tmp_path):
+def test_table_compares_batch_sizes_world_sizes_and_takes_accuracies(tmp_path):
     paths = []
-    for batch_size, speed in ((1, 100.0), (4, 300.0)):
-        path = tmp_path / f"bs{batch_size}.json"
+    for batch_size, world_size, speed, seconds in ((1, 1, 100.0, 5.0), (4, 1, 300.0, 5.0),
+                                                   (4, 2, 500.0, 3.0)):
+        path = tmp_path / f"bs{batch_size}-ws{world_size}.json"
         path.write_text(json.dumps({
             "model": "toy", "dataset": "arith", "batch_size": batch_size, "device": "cpu",
-            "dtype": "float32", "n_train": 10, "train_seconds": 5.0, "tokens_per_second": speed,
+            "world_size": world_size, "dtype": "float32", "n_train": 10, "steps": 10,
+            "train_seconds": seconds, "tokens_per_second": speed,
             "pad_fraction": 0.1, "pad_fraction_unsorted": 0.3, "peak_memory_mb": 200.0,
             "initial_val_loss": 3.0, "final_val_loss": 1.0, "n_too_long": 0, "n_malformed": 0}))
         paths.append(str(path))
     accuracy = {("toy", "arith"): 0.25, (student_name("toy", 4, "cpu"), "arith"): 0.5}
     table = distill_table(paths, accuracy)
-    assert table["speedup_vs_bs1"].tolist() == [1.0, 3.0]
-    assert table["student"].tolist() == ["toy-distilled-bs1-cpu", "toy-distilled-bs4-cpu"]
-    assert table["base_accuracy"].tolist() == [0.25, 0.25]
-    assert table["student_accuracy"].isna().tolist() == [True, False]
+    assert table["speedup_vs_bs1"].tolist()[:2] == [1.0, 3.0]
+    assert math.isnan(table["speedup_vs_bs1"].iloc[2])  # no one-example run on two ranks
+    assert table["scaling_vs_1_rank"].tolist() == [1.0, 1.0, pytest.approx(5 / 3)]
+    assert table["student"].tolist() == ["toy-distilled-bs1-cpu", "toy-distilled-bs4-cpu",
+                                         "toy-distilled-bs4-cpu-ws2"]
+    assert table["base_accuracy"].tolist() == [0.25] * 3
+    assert table["student_accuracy"].isna().tolist() == [True, False, True]
     assert table["accuracy_gain"].iloc[1] == 0.25

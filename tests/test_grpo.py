@@ -30,6 +30,7 @@ TIMING = ["tokens_per_sec", "gen_seconds", "update_seconds", "step_seconds", "pe
           "eval_seconds"]
 CONFIG = dict(
     strategy="batched", batch_size=4, device="cpu", dtype="float32", steps=6, num_rollouts=4,
+    problems_per_step=1,
     max_new_tokens=12, temperature=1.0, top_p=1.0, lr=1e-3, grad_clip=1.0, seed=0,
     checkpoint_every=2, eval_every=3, eval_problems=4, train_problems=None, skip_zero_advantage=True,
     prompt_style="base", threads=1,
@@ -127,7 +128,7 @@ def test_loss_matches_hand_computation(model_and_prompt):
     std = math.sqrt(1 / 3)
     hand_advantages = [(2 / 3) / (std + 1e-4), (-1 / 3) / (std + 1e-4), (-1 / 3) / (std + 1e-4)]
     hand_loss = -sum(a * lp for a, lp in zip(hand_advantages, hand_logprobs)) / 3
-    logprobs = completion_logprobs(model, prompt, completions, pad)
+    logprobs = completion_logprobs(model, [prompt] * 3, completions, pad, model.device)
     assert logprobs.tolist() == pytest.approx(hand_logprobs, abs=1e-4)
     loss = policy_loss(logprobs, group_advantages(rewards))
     assert loss.item() == pytest.approx(hand_loss, abs=1e-4)
@@ -135,9 +136,10 @@ def test_loss_matches_hand_computation(model_and_prompt):
 
 def test_batched_logprobs_equal_per_rollout_passes(model_and_prompt):
     model, prompt, completions, pad = model_and_prompt
-    batched = completion_logprobs(model, prompt, completions, pad)
+    prompts = [prompt, prompt[2:], prompt[:-3]]  # rollouts of different problems share a pass
+    batched = completion_logprobs(model, prompts, completions, pad, model.device)
     for row, completion in enumerate(completions):
-        single = completion_logprobs(model, prompt, [completion], pad)
+        single = completion_logprobs(model, [prompts[row]], [completion], pad, model.device)
         assert batched[row].item() == pytest.approx(single.item(), abs=1e-5)
 
 

@@ -63,7 +63,7 @@ def test_second_run_has_nothing_to_do(workdir):
 
 def test_changed_grpo_lr_reruns_only_grpo(workdir):
     edit_config(workdir, lambda c: c["grpo"].update(lr=3e-4))
-    assert planned_jobs(workdir) == {"grpo": 2, "grpo_table": 1, "all": 1}
+    assert planned_jobs(workdir) == {"grpo": 6, "grpo_table": 1, "all": 1}  # 3 strategies x 2 world sizes
 
 
 def test_added_batch_size_schedules_only_its_runs(workdir):
@@ -75,8 +75,8 @@ def test_added_batch_size_schedules_only_its_runs(workdir):
 def test_sampler_edit_reruns_only_sampling_stages(workdir):
     module = workdir / "src/batched_reasoning/sampling.py"
     module.write_text(module.read_text() + "\n# a changed sampler\n")
-    assert planned_jobs(workdir) == {"self_consistency": 5, "self_consistency_table": 1,
-                                     "grpo": 2, "grpo_table": 1, "all": 1}
+    assert planned_jobs(workdir) == {"self_consistency": 7, "self_consistency_table": 1,
+                                     "grpo": 6, "grpo_table": 1, "all": 1}
 
 
 def test_edit_of_unused_module_reruns_nothing(workdir):

@@ -39,6 +39,25 @@ def test_profile_asks_gpus_only_for_cuda_and_memory_grows_with_batch(tmp_path):
     assert memory[1] < memory[4] < memory[16]
 
 
+def test_multi_rank_training_asks_one_task_with_cpus_or_a_gpu_per_rank(tmp_path):
+    config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG))
+    config["threads"] = 3
+    for stage in ("grpo", "distill"):
+        config[stage] |= {"devices": ["cpu", "cuda"], "world_sizes": [1, 2]}
+    jobs = dry_run_resources(copy_workflow(tmp_path, config))
+    training = [j for j in jobs if j["rule"] in ("grpo", "distill")]
+    assert {(j["rule"], j["wildcards"]["world_size"]) for j in training} == {
+        (rule, size) for rule in ("grpo", "distill") for size in ("1", "2")}
+    for job in training:
+        ranks = int(job["wildcards"]["world_size"])
+        assert int(job["resources"]["cpus_per_task"]) == 3 * ranks
+        assert int(job["resources"]["gpu"]) == (ranks if job["wildcards"]["device"] == "cuda" else 0)
+        assert "tasks" not in job["resources"]  # one task: torchrun starts the ranks itself
+    memory = {(j["rule"], j["wildcards"]["world_size"], j["wildcards"]["batch_size"],
+               j["wildcards"]["device"]): int(j["resources"]["mem_mb"]) for j in training}
+    assert memory["distill", "2", "4", "cpu"] == 2 * memory["distill", "1", "4", "cpu"]
+
+
 def cluster_up():
     if not shutil.which("sinfo"):
         return False

@@ -1,5 +1,6 @@
 """End-to-end: the workflow on a tiny config, plus parse-time validation and lint."""
 
+import shutil
 import subprocess
 import sys
 
@@ -7,6 +8,10 @@ import pandas as pd
 import pytest
 import yaml
 from workflow_helpers import REPO, SNAKEMAKE, TINY_CONFIG, copy_workflow, snakemake
+
+from batched_reasoning.config import Qwen3Config
+from batched_reasoning.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb
+from batched_reasoning.toy_tokenizer import QWEN3_SPECIAL_TOKENS
 
 pytestmark = pytest.mark.slow
 
@@ -48,6 +53,36 @@ def test_second_run_has_nothing_to_do(finished_run):
 def test_report_builds_offline(finished_run):
     snakemake(finished_run, "--report", "results/report.zip")
     assert (finished_run / "results/report.zip").stat().st_size > 10_000
+
+
+def predicted_toy_mb(batch_size, max_new_tokens):
+    """The workflow's parse-time prediction for the tiny config's toy model (512-token prompts)."""
+    toy = dict(TINY_CONFIG["toy"])
+    toy["vocab_size"] += len(QWEN3_SPECIAL_TOKENS)
+    return predict_peak_mb(Qwen3Config(**toy), "float32", batch_size, 512, max_new_tokens, "cpu",
+                           CPU_WORKFLOW_JOB_MB)["total"]
+
+
+def test_memory_budget_skips_runs_that_would_not_fit(finished_run, tmp_path):
+    workdir = tmp_path / "budget"
+    shutil.copytree(finished_run, workdir, symlinks=True)
+    new_tokens = TINY_CONFIG["evaluate"]["max_new_tokens"]
+    budget = (predicted_toy_mb(1, new_tokens) + predicted_toy_mb(3, new_tokens)) / 2
+    config = yaml.safe_load((workdir / "tiny.yaml").read_text())
+    config["memory_budget_mb"] = {"cpu": budget}
+    (workdir / "tiny.yaml").write_text(yaml.safe_dump(config))
+    plan = snakemake(workdir, "-n", "results/tables/evaluate.tsv")
+    assert "3 evaluate run(s) predicted not to fit are skipped" in plan.stderr
+    assert "rule evaluate:" not in plan.stdout  # nothing new runs; the table is redone
+    snakemake(workdir, "-p", "results/tables/evaluate.tsv")  # a flag ends --configfile's list
+    table = pd.read_csv(workdir / "results/tables/evaluate.tsv", sep="\t")
+    skipped = table[table.note.fillna("").str.startswith("skipped")]
+    assert set(zip(skipped.strategy, skipped.batch_size)) == {
+        ("batched", 3), ("batched_stop", 3), ("continuous", 3)}
+    assert skipped.tokens_per_s.isna().all() and (skipped.predicted_mem_mb > budget).all()
+    assert f"> budget {budget:g} MB" in skipped.note.iloc[0]
+    assert (table.batch_size[table.best == "best"] == 1).all()
+    assert "memory_budget_mb" in (workdir / "results/tables/evaluate.md").read_text()
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
-# A small but complete configuration: every stage runs, in seconds.
+# A small but complete configuration: every stage runs, in seconds. The training stages also
+# run on two data-parallel ranks of one thread each (a one-node SLURM here has two CPUs).
 TINY_CONFIG = {
+    "threads": 1,
     "datasets": {"arith": {"source": "arith", "n_train": 200, "n_test": 10}},
     "toy": {"vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
@@ -19,10 +21,10 @@ TINY_CONFIG = {
     "pretrain": {"steps": 20, "batch_size": 8, "checkpoint_every": 10},
     "evaluate": {"batch_sizes": [1, 3], "max_new_tokens": 8},
     "self_consistency": {"batch_sizes": [1, 3], "num_samples": 3, "max_new_tokens": 8, "limit": 4},
-    "grpo": {"batch_sizes": [4], "steps": 4, "num_rollouts": 4, "max_new_tokens": 8,
-             "checkpoint_every": 2, "eval_every": 2, "eval_problems": 4},
-    "distill": {"batch_sizes": [1, 4], "validation_size": 8, "log_every": 5,
-                "checkpoint_every": 10},
+    "grpo": {"batch_sizes": [4], "world_sizes": [1, 2], "steps": 4, "num_rollouts": 4,
+             "max_new_tokens": 8, "checkpoint_every": 2, "eval_every": 2, "eval_problems": 4},
+    "distill": {"batch_sizes": [1, 4], "world_sizes": [1, 2], "validation_size": 8,
+                "log_every": 5, "checkpoint_every": 10},
 }
 
 

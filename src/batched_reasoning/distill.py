@@ -4,6 +4,8 @@ The book trains one example at a time. Here examples are left-padded into batche
 covers answer tokens only and is averaged per example, then over the batch, so every batch size
 optimises the same objective and only the throughput differs. Each epoch's batches follow from
 (seed, epoch) alone, and training state is checkpointed, so a killed job resumes exactly.
+With several ranks (`distributed`) each batch is split among them and DDP averages gradients;
+the batch size stays the global one, so the world size changes the speed, not the training.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import numpy as np
 import pandas as pd
 import torch
 
+from . import distributed
 from .checkpoint import load_model, save_model
 from .hub import download_dataset_file
 from .io import atomic_path, read_jsonl, save_figure, write_json
 from .memory import PeakMemory
 from .padding import batches, left_pad, length_sorted
 from .prompts import TextTokenizer, format_prompt
-from .provenance import resolve_device, run_info
+from .provenance import run_info
 from .training import latest_checkpoint, masked_nll, resume, save_training_state, seed_everything
 
 TEACHER_FIELDS = ("problem", "gtruth_answer", "message_thinking", "message_content")
@@ -153,6 +156,11 @@ def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int,
     return [groups[i] for i in rng.permutation(len(groups))]
 
 
+def rank_shares(groups: list[list[int]], world_size: int) -> list[list[int]]:
+    """The per-rank pieces the batches are split into (each rank pads only its own)."""
+    return [g[r::world_size] for g in groups for r in range(world_size) if g[r::world_size]]
+
+
 def padding_share(lengths: list[int], groups: list[list[int]]) -> float:
     """Share of padding cells over all of `groups` (each padded to its longest example)."""
     cells = sum(len(g) * max(lengths[i] for i in g) for g in groups)
@@ -180,6 +188,29 @@ def split_validation(examples: list[Example], size: int, seed: int) -> tuple[lis
 
 # --- Training -------------------------------------------------------------------------------
 
+def train_step(model, optimizer, examples: list[Example], batch_examples: int, pad_token_id: int,
+               grad_clip: float | None, device) -> tuple[float, int, int]:
+    """One AdamW step on this rank's `examples` of a batch of `batch_examples` over all ranks.
+
+    The loss is scaled so that DDP's average over ranks is the batch's mean per-example loss,
+    whatever the split (world size 1: the scale is exactly 1). A rank left without examples
+    by a short last batch still joins the gradient average, with a zero-weighted pass.
+    Returns this rank's (summed example losses, real tokens, padded cells).
+    """
+    scale = len(examples) / batch_examples * distributed.world_size()
+    input_ids, attention_mask, loss_mask = collate(examples or [Example([pad_token_id] * 2, 1)],
+                                                   pad_token_id, device)
+    mean = masked_nll(model, input_ids, attention_mask, loss_mask)
+    optimizer.zero_grad(set_to_none=True)
+    (mean * scale).backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    if not examples:
+        return 0.0, 0, 0
+    return mean.item() * len(examples), int(attention_mask.sum()), attention_mask.numel()
+
+
 def run_fingerprint(params: dict, train: list[Example]) -> str:
     """What a checkpoint must match to be resumed: same settings, same training examples."""
     blob = json.dumps([params, [e.ids for e in train], [e.prompt_len for e in train]],
@@ -205,10 +236,12 @@ def distill(
 ) -> dict:
     """Train the student; write it to `out_dir` with its log, loss curve and metrics.
 
-    `work_dir` holds the resumable checkpoint; it is removed once the outputs are written.
+    `work_dir` holds the resumable checkpoint; it is removed once the outputs are written. In a
+    multi-rank run rank 0 writes everything and returns the metrics; the others return None.
     """
-    torch_device = resolve_device(device)
-    torch.set_num_threads(threads)
+    torch_device = distributed.device(device)
+    torch.set_num_threads(distributed.threads_per_rank(threads))
+    main = distributed.is_main()
     seed_everything(seed)
     rows, report = load_teacher_rows(teacher_path)
     tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
@@ -232,9 +265,12 @@ def distill(
         return mean_loss(model, validation, batch_size, tokenizer.pad_token_id)
 
     resumed = resume(work_dir, make_optimizer, dtype, torch_device)
+    distributed.barrier()  # every rank has read the checkpoint before rank 0 may remove it
     if resumed and resumed[3]["fingerprint"] != fingerprint:
-        print(f"{work_dir}: checkpoint is from other settings or data; starting over", flush=True)
-        shutil.rmtree(work_dir)
+        if main:
+            print(f"{work_dir}: checkpoint is from other settings or data; starting over",
+                  flush=True)
+            shutil.rmtree(work_dir)
         seed_everything(seed)
         resumed = None
     if resumed:
@@ -243,8 +279,10 @@ def distill(
     else:
         model = load_model(model_dir, dtype=dtype, device=torch_device)
         optimizer, start = make_optimizer(model), 0
-        log = [{"epoch": 0, "step": 0, "train_loss": math.nan, "val_loss": validate(model)}]
+        log = [{"epoch": 0, "step": 0, "train_loss": math.nan,
+                "val_loss": validate(model) if main else math.nan}]
     model.train()
+    trained = distributed.wrap(model)
     started = time.perf_counter()
     epoch_groups = {}
     for step in range(start, total_steps):
@@ -254,44 +292,45 @@ def distill(
         group = epoch_groups[epoch][offset]
         with PeakMemory(torch_device) as memory:
             tick = time.perf_counter()
-            input_ids, attention_mask, loss_mask = collate(
-                [train[i] for i in group], tokenizer.pad_token_id, torch_device)
-            loss = masked_nll(model, input_ids, attention_mask, loss_mask)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            optimizer.step()
+            loss_sum, tokens, cells = train_step(
+                trained, optimizer, [train[i] for i in distributed.shard(group)], len(group),
+                tokenizer.pad_token_id, grad_clip, torch_device)
         seconds = time.perf_counter() - tick
-        tokens = int(attention_mask.sum())
-        row = {"epoch": epoch + 1, "step": step + 1, "train_loss": loss.item(), "val_loss": math.nan,
-               "tokens_per_sec": tokens / seconds, "pad_fraction": 1 - tokens / attention_mask.numel(),
-               "peak_mem_mb": memory.peak_mb, "tokens": tokens, "examples": len(group),
-               "step_seconds": seconds}
-        if (step + 1) % log_every == 0 or step + 1 == total_steps:
+        loss_sum, tokens, cells = distributed.all_reduce([loss_sum, tokens, cells])
+        seconds, peak_mb = distributed.all_reduce([seconds, memory.peak_mb], op="max")
+        row = {"epoch": epoch + 1, "step": step + 1, "train_loss": loss_sum / len(group),
+               "val_loss": math.nan, "tokens_per_sec": tokens / seconds,
+               "pad_fraction": 1 - tokens / cells, "peak_mem_mb": peak_mb, "tokens": int(tokens),
+               "examples": len(group), "step_seconds": seconds}
+        if main and ((step + 1) % log_every == 0 or step + 1 == total_steps):
             row["val_loss"] = validate(model)
             model.train()
             print(f"epoch {epoch + 1}/{epochs} step {step + 1}/{total_steps} "
                   f"train_loss {row['train_loss']:.4f} val_loss {row['val_loss']:.4f} "
                   f"{row['tokens_per_sec']:.0f} tokens/s", flush=True)
         log.append(row)
-        if (step + 1) % checkpoint_every == 0 and step + 1 < total_steps:
+        if main and (step + 1) % checkpoint_every == 0 and step + 1 < total_steps:
             save_training_state(work_dir, model, optimizer, step + 1, model_dir,
                                 {"log": log, "fingerprint": fingerprint})
             keep_latest(work_dir)
     wall = time.perf_counter() - started
+    if not main:
+        return None
 
+    world_size = distributed.world_size()
     save_model(model, out_dir, source=model_dir)
     frame = pd.DataFrame(log)
     with atomic_path(log_csv) as tmp:
         frame.to_csv(tmp, index=False)
     plot_curve(frame, curve_png, f"Distillation: {labels.get('model')} on {labels.get('dataset')} "
-                                 f"teacher traces, batch size {batch_size}")
+                                 f"teacher traces, batch size {batch_size} on {world_size} rank(s)")
     steps = frame[frame["step"] > 0]
-    all_groups = [g for e in range(epochs)
-                  for g in epoch_batches(lengths, batch_size, seed, e, sort_by_length)]
+    def epochs_padding(sort: bool) -> float:
+        groups = [g for e in range(epochs) for g in epoch_batches(lengths, batch_size, seed, e, sort)]
+        return padding_share(lengths, rank_shares(groups, world_size))
+
     metrics = labels | {
-        "batch_size": batch_size, "dtype": dtype, "epochs": epochs, "steps": total_steps,
+        "batch_size": batch_size, "world_size": world_size, "dtype": dtype, "epochs": epochs, "steps": total_steps,
         "n_teacher_rows": report["n_rows"], "n_malformed": report["n_malformed"],
         "malformed": report["malformed"], "n_too_long": n_too_long,
         "n_train": len(train), "n_validation": len(validation),
@@ -299,9 +338,8 @@ def distill(
         "wall_seconds_this_run": wall,
         "train_tokens": int(steps["tokens"].sum()),
         "tokens_per_second": float(steps["tokens"].sum() / steps["step_seconds"].sum()),
-        "pad_fraction": padding_share(lengths, all_groups),
-        "pad_fraction_unsorted": padding_share(
-            lengths, [g for e in range(epochs) for g in epoch_batches(lengths, batch_size, seed, e, False)]),
+        "pad_fraction": epochs_padding(sort_by_length),
+        "pad_fraction_unsorted": epochs_padding(False),
         "peak_memory_mb": float(steps["peak_mem_mb"].max()),
         "initial_val_loss": float(frame["val_loss"].iloc[0]),
         "final_val_loss": float(frame["val_loss"].iloc[-1]),

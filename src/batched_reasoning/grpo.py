@@ -5,8 +5,10 @@ A step samples `num_rollouts` answers to one training problem, rewards each 1 if
 answer is correct and 0 if not, turns the rewards into group-relative advantages, and raises the
 log-probability of the better-than-average answers while lowering the others'. Generation is
 where the time goes, so rollouts go through `generate` with the run's strategy and batch size.
-Each rollout draws its randomness from its own stream keyed by (seed, step, rollout): the same
-rollouts come out whatever the strategy or batch size (up to float rounding), and after a resume.
+Each rollout draws its randomness from its own stream keyed by (seed, problem, rollout): the same
+rollouts come out whatever the strategy, batch size or number of ranks (up to float rounding),
+and after a resume. With several ranks (`distributed`), each generates and scores its share of
+the step's rollouts; rewards are gathered for the group advantages and DDP averages gradients.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
+from . import distributed
 from .checkpoint import load_model, save_model
 from .generation import generate
 from .grading import extract_answer, is_correct
@@ -31,7 +34,7 @@ from .io import atomic_path, read_json, read_jsonl, save_figure, write_json
 from .memory import PeakMemory
 from .padding import left_pad
 from .prompts import TextTokenizer, format_prompt
-from .provenance import resolve_device, run_info
+from .provenance import run_info
 from .sampling import TopP
 from .training import resume, save_training_state, seed_everything, token_logprobs
 
@@ -73,18 +76,18 @@ def scored_completion(tokens: list[int], eos_token_id: int, max_new_tokens: int)
     return tokens + [eos_token_id] if len(tokens) < max_new_tokens else list(tokens)
 
 
-def completion_logprobs(model, prompt: list[int], completions: list[list[int]],
-                        pad_token_id: int) -> torch.Tensor:
-    """Summed log-probability of each completion after `prompt`, shape (n,).
+def completion_logprobs(model, prompts: list[list[int]], completions: list[list[int]],
+                        pad_token_id: int, device: torch.device) -> torch.Tensor:
+    """Summed log-probability of each completion after its prompt, shape (n,).
 
     One left-padded forward pass over all prompt + completion sequences; prompt and padding
     positions are masked out, so each row equals its own unpadded pass.
     """
-    input_ids, attention_mask = left_pad([prompt + c for c in completions], pad_token_id,
-                                         model.device)
+    input_ids, attention_mask = left_pad([p + c for p, c in zip(prompts, completions)],
+                                         pad_token_id, device)
     width = input_ids.shape[1]
-    lengths = torch.tensor([len(c) for c in completions], device=model.device)
-    is_completion = torch.arange(width, device=model.device)[None, :] >= width - lengths[:, None]
+    lengths = torch.tensor([len(c) for c in completions], device=device)
+    is_completion = torch.arange(width, device=device)[None, :] >= width - lengths[:, None]
     # entry t of token_logprobs scores token t + 1
     logprobs = token_logprobs(model, input_ids, attention_mask)
     return logprobs.masked_fill(~is_completion[:, 1:], 0.0).sum(-1)
@@ -95,15 +98,22 @@ def policy_loss(logprobs: torch.Tensor, advantages: torch.Tensor) -> torch.Tenso
     return -(advantages.to(logprobs.device) * logprobs).mean()
 
 
-def policy_update(model, optimizer, prompt, completions, advantages, pad_token_id,
-                  grad_clip: float) -> tuple[float, float]:
-    """One AdamW step on the group's loss; returns (loss, gradient norm before clipping)."""
-    loss = policy_loss(completion_logprobs(model, prompt, completions, pad_token_id), advantages)
+def policy_update(model, optimizer, prompts, completions, advantages, pad_token_id,
+                  grad_clip: float, device, step_rollouts: int) -> tuple[float, float]:
+    """One AdamW step on this rank's rollouts out of the step's `step_rollouts`.
+
+    The loss is scaled so that DDP's average over ranks is the loss over all the step's rollouts
+    (world size 1: the scale is exactly 1). Returns (step loss, gradient norm before clipping).
+    """
+    logprobs = completion_logprobs(model, prompts, completions, pad_token_id, device)
+    share = len(completions) / step_rollouts
+    loss = policy_loss(logprobs, advantages) * (share * distributed.world_size())
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
-    return loss.item(), grad_norm.item()
+    (step_loss,) = distributed.all_reduce([loss.item() / distributed.world_size()])
+    return step_loss, grad_norm.item()
 
 
 def eval_accuracy(model, tokenizer, prompts, answers, max_new_tokens: int) -> float:
@@ -153,24 +163,33 @@ def train_grpo(
     model_dir: str, train_path: str, test_path: str, out_model: str, log_csv: str,
     metrics_json: str, curve_png: str, work_dir: str, *,
     strategy: str, batch_size: int, device: str, dtype: str, steps: int, num_rollouts: int,
-    max_new_tokens: int, temperature: float, top_p: float, lr: float, grad_clip: float,
-    seed: int, checkpoint_every: int, eval_every: int, eval_problems: int,
+    problems_per_step: int, max_new_tokens: int, temperature: float, top_p: float, lr: float,
+    grad_clip: float, seed: int, checkpoint_every: int, eval_every: int, eval_problems: int,
     train_problems: int | None, skip_zero_advantage: bool, prompt_style: str, threads: int,
     params: dict, labels: dict,
-) -> dict:
+) -> dict | None:
     """Train for `steps` GRPO steps; resumes from the latest checkpoint in `work_dir`.
 
-    Step s (0-based) trains on train record s mod n, as the book; n is `train_problems` (the
-    first records, revisited every n steps) or the whole train split. Log row `step` k is the state
-    after k steps; row 0 holds only the accuracy before training. Response lengths and rollout
-    tokens/s count generated tokens without the end token, as `generate` reports them.
+    Step s (0-based) trains on train records s*P .. s*P + P - 1 (P = `problems_per_step`, 1 as
+    in the book), modulo n: `train_problems` (the first records, revisited) or the whole train
+    split. Log row `step` k is the state after k steps; row 0 holds only the accuracy before
+    training. Response lengths and rollout tokens/s count generated tokens without the end
+    token, as `generate` reports them. In a multi-rank run rank 0 writes everything and
+    returns the metrics; the other ranks return None.
     """
     if num_rollouts < 2:
         raise ValueError(f"num_rollouts must be >= 2 (advantages compare them), got {num_rollouts}")
-    torch_device = resolve_device(device)
-    torch.set_num_threads(threads)
+    step_rollouts = problems_per_step * num_rollouts
+    if distributed.world_size() > step_rollouts:
+        raise ValueError(f"world size {distributed.world_size()} exceeds the {step_rollouts} "
+                         "rollouts of a step (problems_per_step x num_rollouts): ranks would idle")
+    torch_device = distributed.device(device)
+    torch.set_num_threads(distributed.threads_per_rank(threads))
+    main = distributed.is_main()
     work_dir = Path(work_dir)
-    claim_work_dir(work_dir, params, [model_dir, train_path, test_path])
+    if main:
+        claim_work_dir(work_dir, params, [model_dir, train_path, test_path])
+    distributed.barrier()
     tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
     train = read_jsonl(train_path)[:train_problems]
     test = read_jsonl(test_path)[:eval_problems]
@@ -182,6 +201,8 @@ def train_grpo(
         return torch.optim.AdamW(model.parameters(), lr=lr)
 
     def evaluate_into(row: dict) -> None:
+        if not main:
+            return
         tick = time.perf_counter()
         row["eval_acc"] = eval_accuracy(model, tokenizer, eval_prompts, eval_answers,
                                         max_new_tokens)
@@ -197,59 +218,76 @@ def train_grpo(
         model = load_model(model_dir, dtype=dtype, device=torch_device)
         optimizer, start, rows = make_optimizer(model), 0, [{"step": 0}]
         evaluate_into(rows[0])
+    trained = distributed.wrap(model)  # generation and evaluation use the bare model
     started = time.perf_counter()
     for step in range(start, steps):
-        record = train[step % len(train)]
-        prompt = tokenizer.encode(format_prompt(record["problem"], prompt_style))
+        problems = [train[(step * problems_per_step + p) % len(train)]
+                    for p in range(problems_per_step)]
+        prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style)) for r in problems]
+        mine = distributed.shard([(p, r) for p in range(problems_per_step)
+                                  for r in range(num_rollouts)])
         with PeakMemory(torch_device) as memory:
             tick = time.perf_counter()
             result = generate(
-                model, [prompt] * num_rollouts, strategy=strategy, batch_size=batch_size,
+                model, [prompts[p] for p, _ in mine], strategy=strategy, batch_size=batch_size,
                 max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
                 pad_token_id=tokenizer.pad_token_id, sampler=sampler,
-                keys=[(step, r) for r in range(num_rollouts)],
+                keys=[(step * problems_per_step + p, r) for p, r in mine],
             )
             gen_seconds = time.perf_counter() - tick
-            rewards = torch.tensor([reward(tokenizer.decode(t), record["answer"])
-                                    for t in result.tokens])
-            skipped = skip_zero_advantage and bool((rewards == rewards[0]).all())
+            rewards = torch.zeros(problems_per_step, num_rollouts)
+            scored = [(p, r, reward(tokenizer.decode(t), problems[p]["answer"]))
+                      for (p, r), t in zip(mine, result.tokens)]
+            for p, r, value in sum(distributed.all_gather(scored), []):
+                rewards[p, r] = value
+            skipped = skip_zero_advantage and bool((rewards == rewards[:, :1]).all())
             update_start = time.perf_counter()
             if skipped:
                 loss, grad_norm = 0.0, float("nan")
             else:
+                advantages = torch.stack([group_advantages(group) for group in rewards])
                 completions = [scored_completion(t, tokenizer.eos_token_id, max_new_tokens)
                                for t in result.tokens]
                 loss, grad_norm = policy_update(
-                    model, optimizer, prompt, completions, group_advantages(rewards),
-                    tokenizer.pad_token_id, grad_clip,
+                    trained, optimizer, [prompts[p] for p, _ in mine], completions,
+                    torch.stack([advantages[p, r] for p, r in mine]),
+                    tokenizer.pad_token_id, grad_clip, torch_device, step_rollouts,
                 )
                 _sync(torch_device)
             update_seconds = time.perf_counter() - update_start
             step_seconds = time.perf_counter() - tick
+        (generated,) = distributed.all_reduce([result.generated_tokens])
+        gen_seconds, update_seconds, step_seconds, peak_mb = distributed.all_reduce(
+            [gen_seconds, update_seconds, step_seconds, memory.peak_mb], op="max")
         row = {
             "step": step + 1, "loss": loss, "reward_avg": rewards.mean().item(),
-            "reward_std": rewards.std().item(), "skipped": skipped, "grad_norm": grad_norm,
-            "tokens_per_sec": result.generated_tokens / gen_seconds,
-            "avg_response_len": result.generated_tokens / num_rollouts,
+            "reward_std": rewards.flatten().std().item(), "skipped": skipped,
+            "grad_norm": grad_norm, "tokens_per_sec": generated / gen_seconds,
+            "avg_response_len": generated / step_rollouts,
             "gen_seconds": gen_seconds, "update_seconds": update_seconds,
-            "step_seconds": step_seconds, "peak_mem_mb": memory.peak_mb,
+            "step_seconds": step_seconds, "peak_mem_mb": peak_mb,
         }
         rows.append(row)
-        print(f"step {step + 1}/{steps} loss {loss:.4f} reward {row['reward_avg']:.3f}"
-              f"{' (skipped: all rewards equal)' if skipped else ''}", flush=True)
+        if main:
+            print(f"step {step + 1}/{steps} loss {loss:.4f} reward {row['reward_avg']:.3f}"
+                  f"{' (skipped: all rewards equal)' if skipped else ''}", flush=True)
         last = step + 1 == steps
         if (step + 1) % eval_every == 0 or last:
             evaluate_into(row)
-        if (step + 1) % checkpoint_every == 0 or last:
+        if main and ((step + 1) % checkpoint_every == 0 or last):
             save_checkpoint(work_dir, model, optimizer, step + 1, model_dir, rows)
+    if not main:
+        return None
     save_model(model, out_model, source=model_dir)
     log = pd.DataFrame(rows).reindex(columns=LOG_COLUMNS)
     with atomic_path(log_csv) as tmp:
         log.to_csv(tmp, index=False)
+    world_size = distributed.world_size()
     plot_curve(log, curve_png, f"GRPO {labels['model']} on {labels['dataset']} "
-                               f"({strategy}, bs {batch_size}, {device})")
+                               f"({strategy}, bs {batch_size}, {device} x {world_size})")
     metrics = labels | summarize(log) | {
-        "steps": steps, "num_rollouts": num_rollouts, "resumed_from_step": start,
+        "steps": steps, "num_rollouts": num_rollouts, "problems_per_step": problems_per_step,
+        "world_size": world_size, "resumed_from_step": start,
         "wall_seconds_this_run": time.perf_counter() - started,
         "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
     } | run_info(params, torch_device, "grpo")

@@ -48,13 +48,22 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 @contextlib.contextmanager
 def log_to(path: str | os.PathLike) -> Iterator[None]:
-    """Send a job's stdout and stderr (progress bars, warnings, tracebacks) to its log file."""
+    """Send a job's stdout and stderr (progress bars, warnings, tracebacks) to its log file.
+
+    The redirection is of the file descriptors too, so processes the job starts (the ranks of
+    a data-parallel run) and native libraries write to the log as well.
+    """
     import sys
     import traceback
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", buffering=1) as log:
+        sys.stdout.flush()
+        sys.stderr.flush()
         saved = sys.stdout, sys.stderr
+        saved_fds = os.dup(1), os.dup(2)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
         sys.stdout = sys.stderr = log
         try:
             yield
@@ -63,6 +72,9 @@ def log_to(path: str | os.PathLike) -> Iterator[None]:
             raise
         finally:
             sys.stdout, sys.stderr = saved
+            for fd, copy in zip((1, 2), saved_fds):
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 def save_figure(fig, path: str | os.PathLike) -> None:

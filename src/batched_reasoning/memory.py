@@ -8,6 +8,11 @@ import psutil
 import torch
 
 
+def process_rss_mb() -> float:
+    """This process's resident set size now (MiB)."""
+    return psutil.Process().memory_info().rss / 2**20
+
+
 class PeakMemory:
     """Context manager; `peak_mb` after exit.
 

@@ -18,16 +18,18 @@ The prediction adds up what is alive at the worst moment, the prefill of a full 
   MLP's larger tensors, so attention and MLP add up.
 - logits: batch x vocab float32 scores of one position (prefill projects only the last one).
 - runtime: what the process holds besides tensors (CPU only; the CUDA allocator's peak, which
-  `memory.PeakMemory` reports there, counts tensors alone).
+  `memory.PeakMemory` reports there, counts tensors alone): its RSS apart from the weights
+  (`baseline_mb`) plus the first forward pass's thread pools and kernel buffers.
 
-CPU figures are process RSS, so two constants calibrated on this project's CPU machine
-(torch 2.13, 2 threads) against `memory.PeakMemory` around `generate(strategy="batched")` carry
-what the shapes cannot: `CPU_RUNTIME_MB`, the RSS after `import torch` and this package plus the
-first forward pass's thread pools and kernel buffers, and `CPU_ALLOCATOR_OVERHEAD`, the factor by
-which heap fragmentation inflates the activations' RSS (the allocator keeps freed blocks). Over
-batch 1-16, prompts of 128 and 512 tokens and two model shapes the total stayed within 10%.
-Pass `baseline_mb` (e.g. the RSS you measured with psutil before loading the model) to replace
-the runtime constant on another machine.
+CPU figures are process RSS, so constants calibrated on this project's CPU machine (torch 2.13,
+2 threads) against `memory.PeakMemory` around `generate(strategy="batched")` carry what the
+shapes cannot: `CPU_IMPORTS_MB`, the RSS after `import torch` and this package (the baseline
+when none is measured), `CPU_FIRST_PASS_MB`, and `CPU_ALLOCATOR_OVERHEAD`, the factor by which
+heap fragmentation inflates the activations' RSS (the allocator keeps freed blocks). Over batch
+1-16, prompts of 128 and 512 tokens and two model shapes the total stayed within 10%. A process
+that holds more (a workflow job also imports Snakemake's script runtime and math-verify, and
+loading a checkpoint pulls in more of torch) passes its measured RSS after loading the model,
+minus the weights, as `baseline_mb`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ from .config import Qwen3Config
 
 MB = 2**20
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-CPU_RUNTIME_MB = 234.0
+CPU_IMPORTS_MB = 221.0
+CPU_FIRST_PASS_MB = 13.0
+# A workflow job's RSS apart from the weights (its `baseline_memory_mb`): torch, this package,
+# Snakemake's script runtime, math-verify, and what loading a checkpoint imports.
+CPU_WORKFLOW_JOB_MB = 310.0
 CPU_ALLOCATOR_OVERHEAD = 1.3
 
 
@@ -77,7 +83,8 @@ def predict_peak_mb(
     baseline_mb: float | None = None,
 ) -> dict[str, float]:
     """Predicted peak memory (MiB) of generating for `batch_size` prompts of `prompt_len` tokens,
-    by component, with their sum as `total`."""
+    by component, with their sum as `total`. `baseline_mb`: the process's RSS apart from the
+    weights (CPU; default `CPU_IMPORTS_MB`)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPE_BYTES)}")
     if device_type not in ("cpu", "cuda"):
@@ -85,14 +92,15 @@ def predict_peak_mb(
     c, size = config, DTYPE_BYTES[dtype]
     positions = prompt_len + max_new_tokens
     kv_cache = 2 * c.num_hidden_layers * batch_size * c.num_key_value_heads * positions * c.head_dim
-    if baseline_mb is None:
-        baseline_mb = CPU_RUNTIME_MB if device_type == "cpu" else 0.0
+    runtime = 0.0
+    if device_type == "cpu":
+        runtime = (CPU_IMPORTS_MB if baseline_mb is None else baseline_mb) + CPU_FIRST_PASS_MB
     parts = {
         "weights": parameter_count(c) * size / MB,
         "kv_cache": kv_cache * size / MB,
         "activations": _activation_bytes(c, size, batch_size, prompt_len, device_type) / MB,
         "logits": batch_size * c.vocab_size * 4 / MB,
-        "runtime": baseline_mb,
+        "runtime": runtime,
     }
     parts["total"] = sum(parts.values())
     return parts

@@ -19,12 +19,14 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from .io import atomic_path, read_json, read_jsonl, save_figure  # noqa: E402
 
 RUN_KEYS = ["model", "dataset", "strategy", "batch_size", "device", "dtype"]
-DISTILL_KEYS = ["model", "dataset", "batch_size", "device", "dtype"]
+GRPO_KEYS = RUN_KEYS + ["world_size"]
+DISTILL_KEYS = ["model", "dataset", "batch_size", "device", "world_size", "dtype"]
 
 
-def student_name(model: str, batch_size, device: str) -> str:
+def student_name(model: str, batch_size, device: str, world_size=1) -> str:
     """The model name under which a distilled student is evaluated (see workflow/rules/common.smk)."""
-    return f"{model}-distilled-bs{batch_size}-{device}"
+    ranks = f"-ws{world_size}" if int(world_size) > 1 else ""
+    return f"{model}-distilled-bs{batch_size}-{device}{ranks}"
 
 
 def moving_average(values: pd.Series, window: int = 10) -> pd.Series:
@@ -41,15 +43,41 @@ def mark_best(table: pd.DataFrame, group: list[str], by: str) -> pd.Series:
     return table[by].eq(best)
 
 
-def sequential_baseline(runs: pd.DataFrame, run: pd.Series) -> pd.Series | None:
+def sequential_baseline(runs: pd.DataFrame, run: pd.Series,
+                        same_setup=("model", "dataset", "device", "dtype")) -> pd.Series | None:
     """The `sequential` run of the same model, dataset, device and dtype as `run`, if any."""
-    same_setup = ["model", "dataset", "device", "dtype"]
-    found = runs[(runs[same_setup] == run[same_setup]).all(axis=1)
-                 & (runs["strategy"] == "sequential")]
+    return matching(runs, run, list(same_setup), strategy="sequential")
+
+
+def matching(runs: pd.DataFrame, run: pd.Series, same: list[str], **fixed) -> pd.Series | None:
+    """The first run agreeing with `run` on the `same` columns and having the `fixed` values."""
+    found = runs[(runs[same] == run[same]).all(axis=1)]
+    for key, value in fixed.items():
+        found = found[found[key] == value]
     return None if found.empty else found.iloc[0]
 
 
-def evaluate_table(metrics_paths: list[str], records_paths: list[str]) -> pd.DataFrame:
+def single_rank_scaling(runs: pd.DataFrame, run: pd.Series, same: list[str]) -> float | None:
+    """Time per step of the same run on one rank over this run's (data-parallel speedup)."""
+    single = matching(runs, run, same, world_size=1)
+    if single is None:
+        return None
+    return (single["train_seconds"] / single["steps"]) / (run["train_seconds"] / run["steps"])
+
+
+def with_skipped(rows: list[dict], skipped: list[dict]) -> pd.DataFrame:
+    """Runs and the runs the memory budget left out (their prediction and a note), sorted."""
+    table = pd.DataFrame([r | {"note": ""} for r in rows] + list(skipped))
+    table = table.reindex(columns=list(dict.fromkeys(RUN_KEYS + list(table.columns))))
+    table = table.sort_values(RUN_KEYS, ignore_index=True)
+    fastest = table.groupby(["model", "dataset", "device"])["tokens_per_s"].transform("max")
+    table["best"] = table["tokens_per_s"].eq(fastest).map({True: "best", False: ""})
+    return table
+
+
+def evaluate_table(metrics_paths: list[str], records_paths: list[str],
+                   skipped: list[dict] = ()) -> pd.DataFrame:
+    """One row per run, compared with the sequential run; `skipped` runs get a row and a note."""
     runs = load_runs(metrics_paths)
     outputs = [[r["generated_ids"] for r in read_jsonl(p)] for p in records_paths]
     runs["outputs"] = outputs
@@ -77,21 +105,28 @@ def evaluate_table(metrics_paths: list[str], records_paths: list[str]) -> pd.Dat
                 same = [a == b for a, b in zip(run["outputs"], base["outputs"])]
                 row["matches_sequential"] = f"{sum(same) / len(same):.0%} agree"
         rows.append(row)
-    table = pd.DataFrame(rows).sort_values(RUN_KEYS, ignore_index=True)
-    table["best"] = mark_best(table, ["model", "dataset", "device"], "tokens_per_s").map(
-        {True: "best", False: ""})
-    return table
+    return with_skipped(rows, skipped)
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The table in Markdown, with empty cells where values are missing."""
+    return table.astype(object).where(table.notna(), None).to_markdown(
+        index=False, floatfmt=".4g", missingval="")
 
 
 def write_table(table: pd.DataFrame, tsv: str, md: str, title: str) -> None:
     with atomic_path(tsv) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.4g")
     best = table[table.get("best", "") == "best"]
-    lines = [f"# {title}", "", table.to_markdown(index=False, floatfmt=".4g"), ""]
+    lines = [f"# {title}", "", markdown(table), ""]
+    if table.get("note", pd.Series(dtype=str)).astype(str).str.startswith("skipped").any():
+        lines.append("- Runs marked *skipped* were predicted not to fit the device's "
+                     "`memory_budget_mb` and were not run.")
     for _, row in best.iterrows():
         lines.append(
             f"- Best on **{row['device']}** for {row['model']} / {row['dataset']}: "
-            f"`{row['strategy']}` at batch size **{row['batch_size']}** ({row['dtype']}), "
+            f"`{row['strategy']}` at batch size **{row['batch_size']}** ({row['dtype']}"
+            + (f", {row['world_size']} ranks" if row.get("world_size", 1) > 1 else "") + "), "
             f"{row['tokens_per_s']:.1f} tokens/s."
         )
     with atomic_path(md) as tmp:
@@ -121,13 +156,16 @@ def plot_throughput(table: pd.DataFrame, png: str, title: str) -> None:
 
 
 def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
-    """One row per run; speedup is sequential's training time over the run's (same setup)."""
+    """One row per run; speedup is sequential's training time over the run's (same setup and
+    world size); scaling is the one-rank run's time per step over the run's."""
     runs = pd.DataFrame([read_json(p) for p in metrics_paths])
     rows = []
     for _, run in runs.iterrows():
-        base = sequential_baseline(runs, run)
-        rows.append({k: run[k] for k in RUN_KEYS} | {
+        base = sequential_baseline(runs, run, ("model", "dataset", "device", "dtype", "world_size"))
+        rows.append({k: run[k] for k in GRPO_KEYS} | {
             "time_s": run["train_seconds"],
+            "s_per_step": run["train_seconds"] / run["steps"],
+            "scaling_vs_1_rank": single_rank_scaling(runs, run, RUN_KEYS),
             "tokens_per_s": run["rollout_tokens_per_second"],
             "gen_s_per_step": run["gen_seconds_per_step"],
             "update_s_per_step": run["update_seconds_per_step"],
@@ -140,7 +178,7 @@ def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
             "speedup_vs_sequential": (base["train_seconds"] / run["train_seconds"]
                                       if base is not None else None),
         })
-    table = pd.DataFrame(rows).sort_values(RUN_KEYS, ignore_index=True)
+    table = pd.DataFrame(rows).sort_values(GRPO_KEYS, ignore_index=True)
     table["best"] = mark_best(table, ["model", "dataset", "device"], "tokens_per_s").map(
         {True: "best", False: ""})
     return table
@@ -156,6 +194,8 @@ def plot_grpo(metrics_paths: list[str], log_paths: list[str], png: str, title: s
     for run, log_path in zip(runs, log_paths):
         log = pd.read_csv(log_path)
         name = f"{run['device']} {run['strategy']} bs{run['batch_size']}"
+        if run["world_size"] > 1:
+            name += f" x{run['world_size']} ranks"
         if several_setups:
             name += f" ({run['model']}/{run['dataset']})"
         steps = log[log["step"] > 0]
@@ -181,8 +221,10 @@ def plot_grpo(metrics_paths: list[str], log_paths: list[str], png: str, title: s
     save_figure(fig, png)
 
 
-def self_consistency_table(metrics_paths: list[str], records_paths: list[str]) -> pd.DataFrame:
-    """One row per run, compared with the sequential run of the same model, data and device."""
+def self_consistency_table(metrics_paths: list[str], records_paths: list[str],
+                           skipped: list[dict] = ()) -> pd.DataFrame:
+    """One row per run, compared with the sequential run of the same model, data and device;
+    `skipped` runs get a row and a note."""
     runs = pd.DataFrame([read_json(p) for p in metrics_paths])
     runs["winners"] = [[r["winner"] for r in read_jsonl(p)] for p in records_paths]
     rows = []
@@ -211,10 +253,7 @@ def self_consistency_table(metrics_paths: list[str], records_paths: list[str]) -
             else:  # reduced precision: batching changes rounding, so some samples differ
                 row["votes_match_sequential"] = f"{sum(same) / len(same):.0%} agree"
         rows.append(row)
-    table = pd.DataFrame(rows).sort_values(RUN_KEYS, ignore_index=True)
-    fastest = table.groupby(["model", "dataset", "device"])["tokens_per_s"].transform("max")
-    table["best"] = table["tokens_per_s"].eq(fastest).map({True: "best", False: ""})
-    return table
+    return with_skipped(rows, skipped)
 
 
 def plot_self_consistency(table: pd.DataFrame, records_paths: list[str], png: str) -> None:
@@ -287,18 +326,20 @@ def distill_table(metrics_paths: list[str],
     runs = pd.DataFrame([read_json(p) for p in metrics_paths])
     rows = []
     for _, run in runs.iterrows():
-        same_setup = runs[(runs["model"] == run["model"]) & (runs["dataset"] == run["dataset"])
-                          & (runs["device"] == run["device"]) & (runs["batch_size"] == 1)]
-        student = student_name(run["model"], run["batch_size"], run["device"])
+        bs1 = matching(runs, run, ["model", "dataset", "device", "world_size"], batch_size=1)
+        student = student_name(run["model"], run["batch_size"], run["device"], run["world_size"])
         base_acc = accuracy.get((run["model"], run["dataset"]), math.nan)
         student_acc = accuracy.get((student, run["dataset"]), math.nan)
         rows.append({k: run[k] for k in DISTILL_KEYS} | {
             "student": student,
             "n_train": run["n_train"],
             "time_s": run["train_seconds"],
+            "s_per_step": run["train_seconds"] / run["steps"],
             "tokens_per_s": run["tokens_per_second"],
-            "speedup_vs_bs1": (run["tokens_per_second"] / same_setup["tokens_per_second"].iloc[0]
-                               if len(same_setup) else math.nan),
+            "speedup_vs_bs1": (run["tokens_per_second"] / bs1["tokens_per_second"]
+                               if bs1 is not None else math.nan),
+            "scaling_vs_1_rank": single_rank_scaling(
+                runs, run, ["model", "dataset", "device", "batch_size"]),
             "pad_fraction": run["pad_fraction"],
             "pad_fraction_unsorted": run["pad_fraction_unsorted"],
             "peak_mem_mb": run["peak_memory_mb"],
@@ -310,17 +351,18 @@ def distill_table(metrics_paths: list[str],
             "student_accuracy": student_acc,
             "accuracy_gain": student_acc - base_acc,
         })
-    return pd.DataFrame(rows).sort_values(DISTILL_KEYS[:4], ignore_index=True)
+    return pd.DataFrame(rows).sort_values(DISTILL_KEYS[:5], ignore_index=True)
 
 
 def write_distill_table(table: pd.DataFrame, tsv: str, md: str, title: str) -> None:
     with atomic_path(tsv) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.4g")
-    lines = [f"# {title}", "", table.to_markdown(index=False, floatfmt=".4g"), ""]
+    lines = [f"# {title}", "", markdown(table), ""]
     for (model, dataset, device), group in table.groupby(["model", "dataset", "device"]):
         best = group.loc[group["tokens_per_s"].idxmax()]
         lines.append(f"- Fastest on **{device}** for {model} / {dataset}: batch size "
-                     f"**{best['batch_size']}**, {best['tokens_per_s']:.0f} tokens/s, final "
+                     f"**{best['batch_size']}** on {best['world_size']} rank(s), "
+                     f"{best['tokens_per_s']:.0f} tokens/s, final "
                      f"validation loss {best['final_val_loss']:.3f} "
                      f"(from {best['initial_val_loss']:.3f}).")
     with atomic_path(md) as tmp:
@@ -336,11 +378,12 @@ def plot_distill(metrics_paths: list[str], log_paths: list[str], png: str) -> No
     for ax, panel in zip(axes[0], panels):
         for metrics, log in sorted((r for r in runs if (r[0]["model"], r[0]["dataset"],
                                                         r[0]["device"]) == panel),
-                                   key=lambda r: r[0]["batch_size"]):
+                                   key=lambda r: (r[0]["batch_size"], r[0]["world_size"])):
             val = log.dropna(subset=["val_loss"])
             seen = log["examples"].fillna(0).cumsum().loc[val.index]
             ax.plot(seen, val["val_loss"], "o-", markersize=3,
-                    label=f"batch size {metrics['batch_size']} ({metrics['train_seconds']:.0f} s)")
+                    label=f"batch size {metrics['batch_size']}, {metrics['world_size']} rank(s) "
+                          f"({metrics['train_seconds']:.0f} s)")
         ax.set_title(" / ".join(panel), fontsize=10)
         ax.set_xlabel("training examples seen")
         ax.set_ylabel("validation loss (answer tokens)")

@@ -1,12 +1,14 @@
 import re
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from batched_reasoning.config import Qwen3Config
-from batched_reasoning.memory_model import predict_peak_mb
+from batched_reasoning.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb
 from batched_reasoning.provenance import code_hash
+from batched_reasoning.tables import student_name
 from batched_reasoning.toy_tokenizer import QWEN3_SPECIAL_TOKENS
 
 validate(config, "../schemas/config.schema.yaml")
@@ -63,6 +65,7 @@ wildcard_constraints:
     strategy=r"sequential|batched|batched_stop|continuous",
     batch_size=r"[1-9][0-9]*",
     device=r"cpu|cuda|mps",
+    world_size=r"[1-9][0-9]*",
 
 
 def model_dir(model):
@@ -72,9 +75,10 @@ def model_dir(model):
     return f"resources/models/{model}"
 
 
-# A distilled student is named after its teacher run; it is evaluated on the dataset it learned.
+# A distilled student is named after its training run (`-wsN` only for N > 1 ranks); it is
+# evaluated on the dataset it learned.
 STUDENT = re.compile(
-    r"(?P<base>.+)-distilled-bs(?P<batch_size>\d+)-(?P<device>cpu|cuda|mps)"
+    r"(?P<base>.+)-distilled-bs(?P<batch_size>\d+)-(?P<device>cpu|cuda|mps)(?:-ws(?P<world_size>\d+))?"
 )
 
 
@@ -88,7 +92,7 @@ def model_input(wildcards):
     if match and match["base"] in config["models"]:
         return (
             f"results/distill/{match['base']}/{wildcards.dataset}/"
-            f"bs{match['batch_size']}/{match['device']}/model"
+            f"bs{match['batch_size']}/{match['device']}/ws{match['world_size'] or 1}/model"
         )
     return model_dir(wildcards.model)
 
@@ -105,7 +109,7 @@ def dtype_of(wildcards):
     return config["dtype"][wildcards.device]
 
 
-def sweep(section):
+def requested(section):
     """(model, dataset, strategy, batch_size, device) of every run a stage's config asks for.
 
     `sequential` is one sequence at a time whatever the batch size, so it runs once (size 1).
@@ -120,10 +124,58 @@ def sweep(section):
                         yield model, dataset, strategy, batch_size, device
 
 
+def over_budget(section, model, batch_size, device):
+    """The predicted peak of a generation run if it exceeds the device's memory budget."""
+    budget = config["memory_budget_mb"][device]
+    if budget is None or section not in ("evaluate", "self_consistency"):
+        return None
+    predicted = predicted_generation_mb(section, model, batch_size, device)
+    return predicted if predicted > budget else None
+
+
+def sweep(section):
+    """The requested runs of a stage that fit the memory budget (all, without one)."""
+    for model, dataset, strategy, batch_size, device in requested(section):
+        effective = 1 if strategy == "sequential" else batch_size
+        if over_budget(section, model, effective, device) is None:
+            yield model, dataset, strategy, batch_size, device
+
+
+def skipped_runs(section):
+    """Runs left out by the memory budget, with the reason, for the stage's table."""
+    skipped = []
+    for model, dataset, strategy, batch_size, device in requested(section):
+        effective = 1 if strategy == "sequential" else batch_size
+        predicted = over_budget(section, model, effective, device)
+        if predicted is not None:
+            budget = config["memory_budget_mb"][device]
+            skipped.append(
+                {
+                    "model": model,
+                    "dataset": dataset,
+                    "strategy": strategy,
+                    "batch_size": batch_size,
+                    "device": device,
+                    "dtype": config["dtype"][device],
+                    "predicted_mem_mb": round(predicted),
+                    "note": f"skipped: predicted {predicted:.0f} MB > budget {budget:g} MB",
+                }
+            )
+    return skipped
+
+
 def sweep_paths(section, name):
     return [
         f"results/{section}/{m}/{d}/{s}/bs{b}/{dev}/{name}"
         for m, d, s, b, dev in sweep(section)
+    ]
+
+
+def grpo_paths(name):
+    return [
+        f"results/grpo/{m}/{d}/{s}/bs{b}/{dev}/ws{w}/{name}"
+        for m, d, s, b, dev in sweep("grpo")
+        for w in GRPO["world_sizes"]
     ]
 
 
@@ -152,42 +204,68 @@ def architecture(model):
     return Qwen3Config.from_file(path) if path.is_file() else DEFAULT_ARCHITECTURE
 
 
-def generation_mem_mb(wildcards, attempt):
-    """Memory to ask a scheduler for: the memory model's prediction for this model and batch
-    size with 50% headroom, and more on each retry."""
-    predicted = predict_peak_mb(
-        architecture(wildcards.model),
-        config["dtype"][wildcards.device],
-        int(wildcards.batch_size),
+def predicted_generation_mb(section, model, batch_size, device):
+    """The memory model's peak for a generation job of `section` (prompts of PROMPT_TOKENS)."""
+    return predict_peak_mb(
+        architecture(model),
+        config["dtype"][device],
+        batch_size,
         PROMPT_TOKENS,
-        EVAL["max_new_tokens"],
-        "cpu",
+        config[section]["max_new_tokens"],
+        "cpu" if device == "cpu" else "cuda",
+        CPU_WORKFLOW_JOB_MB if device == "cpu" else None,
     )["total"]
-    return int(attempt * 1.5 * predicted)
+
+
+def generation_mem_mb(section):
+    """Memory a `section` job asks a scheduler for: the memory model's prediction for its model
+    and batch size with 50% headroom, and more on each retry."""
+
+    def mem_mb(wildcards, attempt):
+        predicted = predicted_generation_mb(
+            section, wildcards.model, int(wildcards.batch_size), wildcards.device
+        )
+        return int(attempt * 1.5 * predicted)
+
+    return mem_mb
 
 
 def gpus(wildcards):
     return 1 if wildcards.device == "cuda" else 0
 
 
+# A training run launches its `world_size` ranks from one job (torchrun's launcher forks them),
+# so on a cluster it is one task with `threads` CPUs per rank, and one GPU per rank on CUDA.
+def training_threads(wildcards):
+    return config["threads"] * int(wildcards.world_size)
+
+
+def training_gpus(wildcards):
+    return gpus(wildcards) * int(wildcards.world_size)
+
+
 def grpo_mem_mb(wildcards, attempt):
-    """Weights, gradients and AdamW state (four copies of the model) plus the rollouts."""
+    """Per rank: weights, gradients and AdamW state (four copies of the model) plus the
+    rollouts."""
     base = 2000 if config["models"][wildcards.model]["source"] == "toy" else 16000
-    return attempt * (base + 200 * int(wildcards.batch_size))
+    rank = base + 200 * int(wildcards.batch_size)
+    return attempt * rank * int(wildcards.world_size)
 
 
 def distill_runs():
-    """(model, dataset, batch_size, device) of every distillation run."""
+    """(model, dataset, batch_size, device, world_size) of every distillation run."""
     for model in DISTILL["models"]:
         for dataset in DISTILL["datasets"]:
             for device in DISTILL["devices"]:
                 for batch_size in DISTILL["batch_sizes"]:
-                    yield model, dataset, batch_size, device
+                    for world_size in DISTILL["world_sizes"]:
+                        yield model, dataset, batch_size, device, world_size
 
 
 def distill_path(name):
     return [
-        f"results/distill/{m}/{d}/bs{b}/{dev}/{name}" for m, d, b, dev in distill_runs()
+        f"results/distill/{m}/{d}/bs{b}/{dev}/ws{w}/{name}"
+        for m, d, b, dev, w in distill_runs()
     ]
 
 
@@ -195,8 +273,8 @@ def distill_evaluations():
     """Greedy evaluations of every student and of the model it started from."""
     size = DISTILL["eval_batch_size"]
     paths = set()
-    for model, dataset, batch_size, device in distill_runs():
-        for name in (model, f"{model}-distilled-bs{batch_size}-{device}"):
+    for model, dataset, batch_size, device, world_size in distill_runs():
+        for name in (model, student_name(model, batch_size, device, world_size)):
             paths.add(
                 f"results/evaluate/{name}/{dataset}/batched_stop/bs{size}/{device}/metrics.json"
             )
@@ -219,10 +297,21 @@ def teacher_input(wildcards):
 
 
 def distill_mem_mb(wildcards, attempt):
-    """Weights, gradients and AdamW state, plus activations per batch row; more on retry."""
+    """Per rank: weights, gradients and AdamW state, plus activations per batch row; more on
+    retry."""
     base = (
         2000
         if config["models"][base_model(wildcards.model)]["source"] == "toy"
         else 16000
     )
-    return attempt * (base + 500 * int(wildcards.batch_size))
+    rank = base + 500 * int(wildcards.batch_size)
+    return attempt * rank * int(wildcards.world_size)
+
+
+for stage in ("evaluate", "self_consistency"):
+    if skipped_runs(stage):
+        print(
+            f"memory_budget_mb: {len(skipped_runs(stage))} {stage} run(s) predicted not to "
+            "fit are skipped (see their table)",
+            file=sys.stderr,
+        )

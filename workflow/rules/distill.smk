@@ -26,26 +26,27 @@ rule distill:
     output:
         model=protected(
             directory(
-                "results/distill/{model}/{dataset}/bs{batch_size}/{device}/model"
+                "results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/model"
             )
         ),
-        log_csv="results/distill/{model}/{dataset}/bs{batch_size}/{device}/log.csv",
-        metrics="results/distill/{model}/{dataset}/bs{batch_size}/{device}/metrics.json",
+        log_csv="results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/log.csv",
+        metrics="results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/metrics.json",
         curve=report(
-            "results/distill/{model}/{dataset}/bs{batch_size}/{device}/curve.png",
+            "results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/curve.png",
             caption="../report/distill_curve.rst",
             category="Distillation",
             subcategory="Loss curves",
         ),
     log:
-        "results/logs/distill/{model}/{dataset}/bs{batch_size}/{device}.log",
+        "results/logs/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.log",
     benchmark:
-        "results/benchmarks/distill/{model}/{dataset}/bs{batch_size}/{device}.tsv"
-    threads: config["threads"]
+        "results/benchmarks/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.tsv"
+    threads: training_threads
     resources:
         mem_mb=distill_mem_mb,
         runtime="12h",
-        gpu=gpus,
+        gpu=training_gpus,
+        cpus_per_task=training_threads,
     params:
         dtype=dtype_of,
         prompt_style=prompt_style_of,

@@ -13,7 +13,7 @@ rule evaluate:
         "results/benchmarks/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
     threads: config["threads"]
     resources:
-        mem_mb=generation_mem_mb,
+        mem_mb=generation_mem_mb("evaluate"),
         runtime="2h",
         gpu=gpus,
     params:

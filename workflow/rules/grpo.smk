@@ -1,4 +1,6 @@
-GRPO_DIR = "results/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}"
+GRPO_DIR = (
+    "results/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}"
+)
 
 
 rule grpo:
@@ -17,20 +19,22 @@ rule grpo:
         ),
         model=protected(directory(f"{GRPO_DIR}/model")),
     log:
-        "results/logs/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log",
+        "results/logs/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.log",
     benchmark:
-        "results/benchmarks/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
-    threads: config["threads"]
+        "results/benchmarks/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.tsv"
+    threads: training_threads
     resources:
         mem_mb=grpo_mem_mb,
         runtime="8h",
-        gpu=gpus,
+        gpu=training_gpus,
+        cpus_per_task=training_threads,
     params:
         # Resume state: not a declared output, so a killed job's checkpoints survive Snakemake's
         # cleanup of failed outputs and the rerun continues from the latest one.
         checkpoints=f"{GRPO_DIR}/checkpoints",
         dtype=dtype_of,
         steps=GRPO["steps"],
+        problems_per_step=GRPO["problems_per_step"],
         num_rollouts=GRPO["num_rollouts"],
         max_new_tokens=GRPO["max_new_tokens"],
         temperature=GRPO["temperature"],

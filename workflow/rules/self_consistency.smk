@@ -14,7 +14,7 @@ rule self_consistency:
         "results/benchmarks/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
     threads: config["threads"]
     resources:
-        mem_mb=generation_mem_mb,
+        mem_mb=generation_mem_mb("self_consistency"),
         runtime="4h",
         gpu=gpus,
     params:

@@ -28,6 +28,7 @@ rule evaluate_table:
         mem_mb=1000,
         runtime="10m",
     params:
+        skipped=skipped_runs("evaluate"),
         code=CODE["tables"],
     script:
         "../scripts/evaluate_table.py"
@@ -63,6 +64,7 @@ rule self_consistency_table:
         mem_mb=1000,
         runtime="10m",
     params:
+        skipped=skipped_runs("self_consistency"),
         code=CODE["tables"],
     script:
         "../scripts/self_consistency_table.py"
@@ -70,8 +72,8 @@ rule self_consistency_table:
 
 rule grpo_table:
     input:
-        metrics=sweep_paths("grpo", "metrics.json"),
-        logs=sweep_paths("grpo", "log.csv"),
+        metrics=grpo_paths("metrics.json"),
+        logs=grpo_paths("log.csv"),
     output:
         tsv=report(
             "results/tables/grpo.tsv",

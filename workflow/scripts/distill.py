@@ -1,11 +1,13 @@
 from pathlib import Path
 
 from batched_reasoning.distill import distill
+from batched_reasoning.distributed import launch
 from batched_reasoning.io import log_to
 
 with log_to(snakemake.log[0]):
     p = snakemake.params
-    distill(
+    launch(
+        distill, int(snakemake.wildcards.world_size),
         snakemake.input.model, snakemake.input.teacher, snakemake.output.model,
         str(Path(snakemake.output.metrics).parent / "checkpoints"),  # not an output: survives a failed job
         snakemake.output.log_csv, snakemake.output.metrics, snakemake.output.curve,
