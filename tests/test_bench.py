@@ -1,5 +1,6 @@
-"""The generation benchmark: CLI end to end on a tiny random checkpoint, and the book's
-generation on our weights reproducing ours token for token (which proves the weight mapping)."""
+"""The generation benchmark: CLI end to end on a tiny random checkpoint; the book's generation
+on our weights reproducing ours token for token (which proves the weight mapping); and forced
+answer lengths ending every row at its target in every implementation."""
 
 import json
 import random
@@ -10,12 +11,17 @@ from conftest import EOS, PAD
 
 from batched_reasoning.bench import (
     SYNTHETIC_LENGTHS,
+    ForcedLengths,
     benchmark,
+    draw_answer_lengths,
     load_prompts,
+    load_transformers,
     main,
     run_book,
+    run_transformers,
 )
-from batched_reasoning.generation import generate
+from batched_reasoning.checkpoint import save_model
+from batched_reasoning.generation import STRATEGIES, generate
 from batched_reasoning.io import write_jsonl
 from batched_reasoning.toy_tokenizer import train_toy_tokenizer
 
@@ -58,6 +64,25 @@ def test_cli_writes_a_row_per_strategy_and_batch_size(tiny_bench_checkpoint, tmp
     assert len(set(provenance["prompt_lengths"])) > 1
 
 
+def test_cli_forced_answer_lengths_against_book_and_transformers(tiny_bench_checkpoint, tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("reasoning_from_scratch.qwen3_batched")
+    d = tiny_bench_checkpoint
+    main(["--checkpoint", str(d / "tiny"), "--prompts", str(d / "problems.jsonl"), "--n-prompts", "5",
+          "--batch-sizes", "1,2,4", "--answer-lengths", "3,9", "--book", "--transformers",
+          "--threads", "1", "--csv", str(tmp_path / "out.csv"), "--json", str(tmp_path / "out.json")])
+    table = pd.read_csv(tmp_path / "out.csv")
+    answer_lengths = json.loads((tmp_path / "out.json").read_text())["answer_lengths"]
+    assert len(set(answer_lengths)) > 1 and all(3 <= n <= 9 for n in answer_lengths)
+    assert sorted(table[table.implementation == "transformers"].batch_size) == [1, 2, 4]
+    assert sorted(table[table.implementation == "ours"].strategy.unique()) == sorted(STRATEGIES)
+    assert set(table.implementation) == {"ours", "book", "transformers"}
+    assert (table.generated_tokens == sum(answer_lengths)).all(), "every implementation, same work"
+    assert (table.same_as_sequential == 1.0).all()
+    ours = table[table.implementation == "ours"]
+    assert ours.ours_vs_transformers.notna().all()
+
+
 def test_synthetic_prompts_are_seeded_and_varied():
     one = load_prompts(None, 6, tokenizer=None, style="base", vocab_size=97, seed=1)
     assert one == load_prompts(None, 6, tokenizer=None, style="base", vocab_size=97, seed=1)
@@ -98,3 +123,50 @@ def test_benchmark_compares_with_the_book(eos_model):
     assert ours.ours_vs_book == pytest.approx(ours.tokens_per_s / book.tokens_per_s)
     assert set(table.implementation) == {"ours", "book"}
     assert (table.same_as_sequential == 1.0).all()
+
+
+def test_answer_lengths_are_seeded_and_in_range():
+    lengths = draw_answer_lengths(50, 16, 256, seed=3)
+    assert lengths == draw_answer_lengths(50, 16, 256, seed=3)
+    assert all(16 <= n <= 256 for n in lengths) and len(set(lengths)) > 10
+
+
+def test_forced_lengths_end_every_implementation_exactly_there(eos_model, tmp_path):
+    """The end-boosted model would stop rows early; forcing overrides it both ways."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("reasoning_from_scratch.qwen3_batched")
+    from batched_reasoning.book_compat import to_book_model
+
+    prompts = varied_prompts()
+    lengths = [5, 1, 12, 3, 8, 2, 9]
+    natural = generate(eos_model, prompts, strategy="sequential", batch_size=1, max_new_tokens=13,
+                       eos_token_id=EOS, pad_token_id=PAD).tokens
+    assert any(len(t) < n for t, n in zip(natural, lengths)), "test needs rows that end early"
+    assert any(len(t) > n for t, n in zip(natural, lengths)), "test needs rows that run on"
+    args = dict(max_new_tokens=13, eos_token_id=EOS, pad_token_id=PAD)
+    sequential = generate(eos_model, prompts, strategy="sequential", batch_size=1,
+                          sampler=ForcedLengths(lengths, EOS), **args).tokens
+    assert [len(t) for t in sequential] == lengths
+    for strategy in STRATEGIES:
+        ours = generate(eos_model, prompts, strategy=strategy, batch_size=3,
+                        sampler=ForcedLengths(lengths, EOS), **args).tokens
+        assert ours == sequential, strategy
+    book_model = to_book_model(eos_model)
+    for strategy in ["batched", "batched_stop"]:
+        book = run_book(book_model, prompts, strategy, 3, **args, device=eos_model.device,
+                        answer_lengths=lengths).tokens
+        assert book == sequential, strategy
+    save_model(eos_model, tmp_path / "model")
+    hf = load_transformers(tmp_path / "model", "float32", eos_model.device)
+    assert run_transformers(hf, prompts, 3, **args, answer_lengths=lengths).tokens == sequential
+
+
+def test_transformers_without_end_token_runs_full_length(eos_model, tmp_path):
+    pytest.importorskip("transformers")
+    save_model(eos_model, tmp_path / "model")
+    hf = load_transformers(tmp_path / "model", "float32", eos_model.device)
+    prompts = varied_prompts()
+    ours = generate(eos_model, prompts, strategy="sequential", batch_size=1, max_new_tokens=6,
+                    eos_token_id=None, pad_token_id=PAD).tokens
+    theirs = run_transformers(hf, prompts, 4, max_new_tokens=6, eos_token_id=None, pad_token_id=PAD)
+    assert theirs.tokens == ours and all(len(t) == 6 for t in ours)
