@@ -68,10 +68,16 @@ class KVCache:
         self.length += steps
 
     def keep_rows(self, rows: list[int]) -> None:
-        """Drop every row not in `rows` (finished sequences leave the compute batch)."""
+        """Drop every row not in `rows` (ascending): finished sequences leave the compute batch.
+
+        The kept rows move to the front of the same buffers and only their filled positions
+        are copied: a finishing row must not cost a new allocation of the whole capacity.
+        """
         index = torch.tensor(rows, device=self.keys.device)
-        self.keys = self.keys[:, index]
-        self.values = self.values[:, index]
+        kept, filled = len(rows), self.length
+        for buffer in (self.keys, self.values):
+            buffer[:, :kept, :, :filled] = buffer[:, index, :, :filled]
+        self.keys, self.values = self.keys[:, :kept], self.values[:, :kept]
         self.key_mask = self.key_mask[index]
 
 
@@ -134,8 +140,11 @@ class SlotCache:
         self.lengths = [length + steps for length in self.lengths]
 
     def keep_rows(self, rows: list[int]) -> None:
-        """Drop every slot not in `rows` (no prompt is left to refill them)."""
+        """Drop every slot not in `rows` (ascending; no prompt is left to refill them), moving
+        the kept slots' filled positions to the front of the same buffers."""
         index = torch.tensor(rows, device=self.keys.device)
-        self.keys = self.keys[:, index]
-        self.values = self.values[:, index]
+        kept, filled = len(rows), max(self.lengths)
+        for buffer in (self.keys, self.values):
+            buffer[:, :kept, :, :filled] = buffer[:, index, :, :filled]
+        self.keys, self.values = self.keys[:, :kept], self.values[:, :kept]
         self.lengths = [self.lengths[r] for r in rows]
