@@ -94,6 +94,8 @@ def test_memory_budget_skips_runs_that_would_not_fit(finished_run, tmp_path):
         ("evaluate", "models", ["gpt-5"], "evaluate.models"),
         ("evaluate", "datasets", ["gsm8k"], "evaluate.datasets"),
         ("evaluate", "max_new_tokens", 0, "max_new_tokens"),
+        ("grpo", "world_sizes", [0], "world_sizes"),
+        ("grpo", "world_sizes", [1, 64], "grpo.world_sizes has 64"),
     ],
 )
 def test_bad_config_fails_at_parse_time(tmp_path, section, key, value, named):

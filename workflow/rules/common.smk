@@ -42,6 +42,14 @@ EVAL = config["evaluate"]
 GRPO = config["grpo"]
 DISTILL = config["distill"]
 
+_step_rollouts = GRPO["problems_per_step"] * GRPO["num_rollouts"]
+for _ranks in GRPO["world_sizes"]:
+    if _ranks > _step_rollouts:
+        raise WorkflowError(
+            f"config: grpo.world_sizes has {_ranks}, more ranks than the {_step_rollouts} "
+            "rollouts of a step (grpo.problems_per_step x grpo.num_rollouts): ranks would idle"
+        )
+
 # Library code behind each stage: editing a module reruns exactly the stages that import it.
 CODE = {
     stage: code_hash(stage)
