@@ -70,8 +70,8 @@ def with_skipped(rows: list[dict], skipped: list[dict]) -> pd.DataFrame:
     table = pd.DataFrame([r | {"note": ""} for r in rows] + list(skipped))
     table = table.reindex(columns=list(dict.fromkeys(RUN_KEYS + list(table.columns))))
     table = table.sort_values(RUN_KEYS, ignore_index=True)
-    fastest = table.groupby(["model", "dataset", "device"])["tokens_per_s"].transform("max")
-    table["best"] = table["tokens_per_s"].eq(fastest).map({True: "best", False: ""})
+    table["best"] = mark_best(table, ["model", "dataset", "device"], "tokens_per_s").map(
+        {True: "best", False: ""})
     return table
 
 

@@ -132,30 +132,29 @@ def requested(section):
                         yield model, dataset, strategy, batch_size, device
 
 
-def over_budget(section, model, batch_size, device):
-    """The predicted peak of a generation run if it exceeds the device's memory budget."""
+def over_budget(section, run):
+    """The predicted peak of a generation run if it exceeds its device's memory budget."""
+    model, _, strategy, batch_size, device = run
     budget = config["memory_budget_mb"][device]
     if budget is None or section not in ("evaluate", "self_consistency"):
         return None
-    predicted = predicted_generation_mb(section, model, batch_size, device)
+    effective = 1 if strategy == "sequential" else batch_size
+    predicted = predicted_generation_mb(section, model, effective, device)
     return predicted if predicted > budget else None
 
 
 def sweep(section):
     """The requested runs of a stage that fit the memory budget (all, without one)."""
-    for model, dataset, strategy, batch_size, device in requested(section):
-        effective = 1 if strategy == "sequential" else batch_size
-        if over_budget(section, model, effective, device) is None:
-            yield model, dataset, strategy, batch_size, device
+    return [run for run in requested(section) if over_budget(section, run) is None]
 
 
 def skipped_runs(section):
     """Runs left out by the memory budget, with the reason, for the stage's table."""
     skipped = []
-    for model, dataset, strategy, batch_size, device in requested(section):
-        effective = 1 if strategy == "sequential" else batch_size
-        predicted = over_budget(section, model, effective, device)
+    for run in requested(section):
+        predicted = over_budget(section, run)
         if predicted is not None:
+            model, dataset, strategy, batch_size, device = run
             budget = config["memory_budget_mb"][device]
             skipped.append(
                 {
@@ -317,9 +316,9 @@ def distill_mem_mb(wildcards, attempt):
 
 
 for stage in ("evaluate", "self_consistency"):
-    if skipped_runs(stage):
+    if n_skipped := len(skipped_runs(stage)):
         print(
-            f"memory_budget_mb: {len(skipped_runs(stage))} {stage} run(s) predicted not to "
+            f"memory_budget_mb: {n_skipped} {stage} run(s) predicted not to "
             "fit are skipped (see their table)",
             file=sys.stderr,
         )
