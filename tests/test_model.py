@@ -102,3 +102,22 @@ def test_bad_checkpoints_name_file_and_key(tmp_path, tiny_checkpoint):
         load_model(tiny_checkpoint)
     with pytest.raises(ValueError, match="unknown dtype"):
         load_model(tiny_checkpoint, dtype="float8")
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 8, 256, 257])
+def test_linear_matches_torch_on_both_paths(rows):
+    """Our Linear computes the same product (and gradients) whichever orientation it picks,
+    and hands attention contiguous outputs (the fused CPU kernel needs unit last strides)."""
+    from batched_reasoning.model import Linear
+
+    torch.manual_seed(0)
+    layer = Linear(64, 48, bias=True)
+    x = torch.randn(rows, 1, 64, requires_grad=True)
+    out = layer(x)
+    expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    assert out.shape == (rows, 1, 48) and out.is_contiguous()
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    grads = torch.autograd.grad(out.sum(), (x, layer.weight))
+    expected_grads = torch.autograd.grad(expected.sum(), (x, layer.weight))
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)

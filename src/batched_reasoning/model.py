@@ -15,6 +15,29 @@ from .config import Qwen3Config
 from .kv_cache import KVCache, SlotCache
 
 
+class Linear(nn.Linear):
+    """`nn.Linear` that computes `x @ W.T` as `(W @ x.T).T` on CPU for 4 to 256 rows.
+
+    Why: the two are the same product, but CPU BLAS (MKL and oneDNN in torch's wheels) runs
+    the second faster for that many rows, which is every decode step of a batch and many
+    prompts' prefill. Measured here (2 threads), a decode step of the Qwen3-0.6B shape at batch
+    8 takes 184 instead of 237 ms in float32 and 86 instead of 102 ms in bfloat16. Below 4 rows
+    (one-row decode) and for large products torch's own choice is as fast or faster, and CUDA
+    needs no help. The result is made contiguous: attention's fused CPU kernel needs it.
+    """
+
+    SMALL_ROWS = range(4, 257)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if x.device.type != "cpu" or rows not in self.SMALL_ROWS:
+            return super().forward(x)
+        out = (self.weight @ x.reshape(rows, -1).T).T.contiguous()
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], -1)
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square norm, computed in float32 whatever the weights' dtype."""
 
@@ -55,10 +78,10 @@ class Attention(nn.Module):
         self.n_kv_heads = cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
         bias = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.q_proj = Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
@@ -83,9 +106,9 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: Qwen3Config):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -130,7 +153,7 @@ class Qwen3(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.model = Backbone(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
