@@ -23,6 +23,7 @@ from batched_reasoning.bench import (
 from batched_reasoning.checkpoint import save_model
 from batched_reasoning.generation import STRATEGIES, generate
 from batched_reasoning.io import write_jsonl
+from batched_reasoning.prompts import TextTokenizer, format_prompt
 from batched_reasoning.toy_tokenizer import train_toy_tokenizer
 
 PROBLEMS = [
@@ -61,6 +62,7 @@ def test_cli_writes_a_row_per_strategy_and_batch_size(tiny_bench_checkpoint, tmp
     assert (table.same_as_sequential == 1.0).all()
     provenance = json.loads((tmp_path / "out.json").read_text())
     assert provenance["packages"]["torch"] and len(provenance["rows"]) == len(table)
+    assert provenance["code_hash"]
     assert len(set(provenance["prompt_lengths"])) > 1
 
 
@@ -170,3 +172,20 @@ def test_transformers_without_end_token_runs_full_length(eos_model, tmp_path):
                     eos_token_id=None, pad_token_id=PAD).tokens
     theirs = run_transformers(hf, prompts, 4, max_new_tokens=6, eos_token_id=None, pad_token_id=PAD)
     assert theirs.tokens == ours and all(len(t) == 6 for t in ours)
+
+
+def test_memory_benchmark_predicts_each_fresh_process(tiny_bench_checkpoint, tmp_path):
+    from batched_reasoning.bench_memory import main as memory_main
+
+    d = tiny_bench_checkpoint
+    memory_main(["--checkpoint", str(d / "tiny"), "--prompts", str(d / "problems.jsonl"),
+                 "--batch-sizes", "1,3", "--max-new-tokens", "4", "--threads", "1",
+                 "--csv", str(tmp_path / "memory.csv"), "--json", str(tmp_path / "memory.json")])
+    table = pd.read_csv(tmp_path / "memory.csv")
+    tokenizer = TextTokenizer.from_model_dir(d / "tiny", "base")
+    lengths = [len(tokenizer.encode(format_prompt(p, "base"))) for p in PROBLEMS]
+    assert table.batch_size.tolist() == [1, 3]
+    assert table.prompt_len.tolist() == [lengths[0], max(lengths[:3])]
+    assert (table.baseline_mb > 100).all(), "a fresh process holding torch has a real baseline"
+    assert (table.error.abs() < 0.25).all()
+    assert json.loads((tmp_path / "memory.json").read_text())["code_hash"]

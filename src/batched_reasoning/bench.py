@@ -49,7 +49,7 @@ from .memory import PeakMemory
 from .model import Qwen3
 from .padding import batches, left_pad
 from .prompts import PROMPT_STYLES, TextTokenizer, format_prompt
-from .provenance import device_name, package_versions, resolve_device
+from .provenance import code_hash, device_name, package_versions, resolve_device
 from .toy import init_weights
 
 SHAPES = {
@@ -401,6 +401,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> pd.DataFrame | None:
     args = parse_args(argv)
+    library_hash = code_hash()  # of the code that runs, before anyone edits it
     if args.make_checkpoint:
         make_checkpoint(args.shape, args.tokenizer, args.make_checkpoint, args.seed)
         print(f"wrote {args.shape} checkpoint to {args.make_checkpoint}")
@@ -439,7 +440,7 @@ def main(argv=None) -> pd.DataFrame | None:
             if used:
                 packages[name] = metadata.version(name)
         write_json({"args": vars(args), "device": device.type, "device_name": device_name(device),
-                    "torch_version": torch.__version__, "packages": packages,
+                    "code_hash": library_hash, "packages": packages,
                     "prompt_lengths": lengths, "answer_lengths": answer_lengths,
                     "rows": table.to_dict(orient="records")}, args.json)
     return table

@@ -44,7 +44,13 @@ def weight_files(directory: Path) -> list[Path]:
 
 
 def load_model(directory: str | Path, dtype: str = "float32", device: str = "cpu") -> Qwen3:
-    """Build a Qwen3 from `directory`'s config.json and load its safetensors weights."""
+    """Build a Qwen3 from `directory`'s config.json and load its safetensors weights.
+
+    The weights are copied out of the memory-mapped file even when no conversion is needed:
+    a mapped page joins the process's RSS only once touched, so with mapped weights the RSS
+    after loading would not count them (the memory model's baseline is that RSS minus the
+    weights) and would grow during the first forward pass instead.
+    """
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {directory}")
@@ -66,7 +72,7 @@ def load_model(directory: str | Path, dtype: str = "float32", device: str = "cpu
                         f"{file}: parameter {key!r} has shape {tuple(tensor.shape)}, "
                         f"config.json implies {tuple(expected[key].shape)}"
                     )
-                tensors[key] = tensor.to(torch_dtype)
+                tensors[key] = tensor.to(torch_dtype, copy=True)
     if cfg.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
         tensors["lm_head.weight"] = tensors.get("model.embed_tokens.weight")
