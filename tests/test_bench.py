@@ -20,6 +20,7 @@ from batched_reasoning.bench import (
     run_book,
     run_transformers,
 )
+from batched_reasoning.bench_memory import main as memory_main
 from batched_reasoning.checkpoint import save_model
 from batched_reasoning.generation import STRATEGIES, generate
 from batched_reasoning.io import write_jsonl
@@ -175,8 +176,6 @@ def test_transformers_without_end_token_runs_full_length(eos_model, tmp_path):
 
 
 def test_memory_benchmark_predicts_each_fresh_process(tiny_bench_checkpoint, tmp_path):
-    from batched_reasoning.bench_memory import main as memory_main
-
     d = tiny_bench_checkpoint
     memory_main(["--checkpoint", str(d / "tiny"), "--prompts", str(d / "problems.jsonl"),
                  "--batch-sizes", "1,3", "--max-new-tokens", "4", "--threads", "1",

@@ -7,6 +7,7 @@ import torch
 from conftest import random_model
 
 from batched_reasoning.checkpoint import CheckpointError, load_model, save_model
+from batched_reasoning.model import Linear
 from batched_reasoning.padding import left_pad
 
 transformers = pytest.importorskip("transformers")
@@ -108,8 +109,6 @@ def test_bad_checkpoints_name_file_and_key(tmp_path, tiny_checkpoint):
 def test_linear_matches_torch_on_both_paths(rows):
     """Our Linear computes the same product (and gradients) whichever orientation it picks,
     and hands attention contiguous outputs (the fused CPU kernel needs unit last strides)."""
-    from batched_reasoning.model import Linear
-
     torch.manual_seed(0)
     layer = Linear(64, 48, bias=True)
     x = torch.randn(rows, 1, 64, requires_grad=True)

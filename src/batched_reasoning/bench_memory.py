@@ -27,7 +27,7 @@ from .checkpoint import load_model
 from .config import Qwen3Config
 from .generation import STRATEGIES, generate
 from .io import write_json
-from .memory import PeakMemory, process_rss_mb
+from .memory import PeakMemory, baseline_mb
 from .memory_model import predict_peak_mb
 from .prompts import PROMPT_STYLES, TextTokenizer
 from .provenance import code_hash, device_name, package_versions, resolve_device
@@ -41,17 +41,16 @@ def measure(checkpoint: str, prompts: list[list[int]], *, strategy: str, dtype: 
     if threads:
         torch.set_num_threads(threads)
     model = load_model(checkpoint, dtype=dtype, device=torch_device)
-    weights_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
-    baseline_mb = process_rss_mb() - weights_mb if torch_device.type == "cpu" else None
+    baseline = baseline_mb(model)
     with PeakMemory(torch_device) as memory:
         generate(model, prompts, strategy=strategy, batch_size=len(prompts),
                  max_new_tokens=max_new_tokens, eos_token_id=None, pad_token_id=pad_token_id)
     prompt_len = max(len(p) for p in prompts)
     predicted = predict_peak_mb(model.cfg, dtype, len(prompts), prompt_len, max_new_tokens,
-                                torch_device.type, baseline_mb)
+                                torch_device.type, baseline)
     return {
         "batch_size": len(prompts), "prompt_len": prompt_len, "max_new_tokens": max_new_tokens,
-        "baseline_mb": baseline_mb,
+        "baseline_mb": baseline,
         **{f"predicted_{part}_mb": mb for part, mb in predicted.items() if part != "total"},
         "predicted_mb": predicted["total"], "measured_mb": memory.peak_mb,
         "error": predicted["total"] / memory.peak_mb - 1,

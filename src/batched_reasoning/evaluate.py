@@ -12,7 +12,7 @@ from .checkpoint import load_model
 from .generation import generate
 from .grading import extract_answer, is_correct
 from .io import atomic_path, read_json, read_jsonl, write_json, write_jsonl
-from .memory import PeakMemory, process_rss_mb
+from .memory import PeakMemory, baseline_mb
 from .memory_model import predict_peak_mb
 from .padding import batches, left_pad, length_sorted, pad_fraction
 from .prompts import TextTokenizer, format_prompt
@@ -78,9 +78,7 @@ def evaluate(
     records = read_jsonl(records_path)[: len(prompts)]
     tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
     model = load_model(model_dir, dtype=dtype, device=torch_device)
-    # What this job holds besides the weights (imports, loading machinery): the prediction's base.
-    weights_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
-    baseline_mb = process_rss_mb() - weights_mb if torch_device.type == "cpu" else None
+    baseline = baseline_mb(model)
     with PeakMemory(torch_device) as memory:
         start = time.perf_counter()
         result = generate(
@@ -113,9 +111,9 @@ def evaluate(
         "peak_memory_mb": memory.peak_mb,
         "predicted_peak_memory_mb": predict_peak_mb(
             model.cfg, dtype, 1 if strategy == "sequential" else batch_size,
-            max(len(p) for p in prompts), max_new_tokens, torch_device.type, baseline_mb,
+            max(len(p) for p in prompts), max_new_tokens, torch_device.type, baseline,
         )["total"],
-        "baseline_memory_mb": baseline_mb,
+        "baseline_memory_mb": baseline,
         "latency_p50_seconds": float(np.percentile(result.latency, 50)),
         "latency_p95_seconds": float(np.percentile(result.latency, 95)),
         "strategy": strategy, "batch_size": batch_size, "dtype": dtype,

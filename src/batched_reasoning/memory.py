@@ -13,6 +13,15 @@ def process_rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+def baseline_mb(model) -> float | None:
+    """What this process holds besides `model`'s weights (imports, loading machinery): its RSS
+    minus the weights, the memory model's base on CPU. None on CUDA, where peaks count tensors."""
+    if model.device.type != "cpu":
+        return None
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    return process_rss_mb() - weights / 2**20
+
+
 class PeakMemory:
     """Context manager; `peak_mb` after exit.
 
