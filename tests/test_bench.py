@@ -2,6 +2,7 @@
 on our weights reproducing ours token for token (which proves the weight mapping); and forced
 answer lengths ending every row at its target in every implementation."""
 
+import copy
 import json
 import random
 
@@ -61,6 +62,7 @@ def test_cli_writes_a_row_per_strategy_and_batch_size(tiny_bench_checkpoint, tmp
     assert table.set_index("strategy").loc["sequential", "speedup_vs_sequential"] == 1.0
     assert (table.generated_tokens == 4 * 6).all(), "--no-eos: every row runs max-new-tokens"
     assert (table.same_as_sequential == 1.0).all()
+    assert (table.packed_weights == (table.batch_size >= 4)).all()  # float32 packs from 4 rows
     provenance = json.loads((tmp_path / "out.json").read_text())
     assert provenance["packages"]["torch"] and len(provenance["rows"]) == len(table)
     assert provenance["code_hash"]
@@ -118,7 +120,8 @@ def test_book_generation_on_our_weights_equals_ours(eos_model, strategy, eos_tok
 
 def test_benchmark_compares_with_the_book(eos_model):
     pytest.importorskip("reasoning_from_scratch.qwen3_batched")
-    table = benchmark(eos_model, varied_prompts(), strategies=["sequential", "batched_stop"],
+    model = copy.deepcopy(eos_model)  # the benchmark packs it for inference
+    table = benchmark(model, varied_prompts(), strategies=["sequential", "batched_stop"],
                       batch_sizes=[4], max_new_tokens=5, eos_token_id=None, pad_token_id=PAD,
                       book=True)
     ours = table[(table.implementation == "ours") & (table.strategy == "batched_stop")].iloc[0]
@@ -126,6 +129,7 @@ def test_benchmark_compares_with_the_book(eos_model):
     assert ours.ours_vs_book == pytest.approx(ours.tokens_per_s / book.tokens_per_s)
     assert set(table.implementation) == {"ours", "book"}
     assert (table.same_as_sequential == 1.0).all()
+    assert not book.packed_weights and ours.packed_weights
 
 
 def test_answer_lengths_are_seeded_and_in_range():

@@ -1,5 +1,6 @@
 """Batched generation must reproduce sequential generation token for token (float32)."""
 
+import copy
 import random
 
 import pytest
@@ -34,6 +35,15 @@ def test_batched_equals_sequential(eos_model, strategy, batch_size):
     prompts = varied_prompts()
     expected = run(eos_model, prompts, "sequential", 1).tokens
     assert run(eos_model, prompts, strategy, batch_size).tokens == expected
+
+
+@pytest.mark.parametrize("strategy", ["batched_stop", "continuous"])
+def test_packed_weights_generate_the_plain_tokens(eos_model, strategy):
+    packed = copy.deepcopy(eos_model)
+    assert packed.pack_for_inference(batch_size=4)
+    prompts = varied_prompts()
+    expected = run(eos_model, prompts, "sequential", 1).tokens
+    assert run(packed, prompts, strategy, 4).tokens == expected
 
 
 def test_length_sorted_order_keeps_outputs_in_input_order(eos_model):

@@ -7,6 +7,7 @@ import torch
 from conftest import random_model
 
 from batched_reasoning.checkpoint import CheckpointError, load_model, save_model
+from batched_reasoning.memory import weights_mb
 from batched_reasoning.model import Linear
 from batched_reasoning.padding import left_pad
 
@@ -120,3 +121,32 @@ def test_linear_matches_torch_on_both_paths(rows):
     expected_grads = torch.autograd.grad(expected.sum(), (x, layer.weight))
     for got, want in zip(grads, expected_grads):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", CONFIGS)
+def test_packing_for_inference_keeps_logits_and_size(tmp_path, overrides):
+    """Weights packed into oneDNN's layout compute the same logits in the same memory; a tied
+    output layer keeps the embedding's weight; the packed model refuses training and saving."""
+    plain, model = random_model(seed=4, **overrides), random_model(seed=4, **overrides)
+    size = weights_mb(model)
+    assert not model.pack_for_inference(batch_size=1)  # float32, one row: plain is faster
+    assert not model.packed
+    assert model.pack_for_inference(batch_size=4) and model.packed
+    assert weights_mb(model) == size
+    tied = overrides["tie_word_embeddings"]
+    assert (model.lm_head.packed is None) == tied
+    assert model.model.layers[0].mlp.down_proj.weight is None
+    assert not hasattr(model.model.layers[0].self_attn, "q_proj")  # now in qkv_proj
+    ids = torch.randint(0, model.cfg.vocab_size, (3, 17))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), plain(ids), atol=1e-5, rtol=0)
+    with pytest.raises(RuntimeError, match="packed for inference; reload"):
+        model.train()
+    with pytest.raises(ValueError, match="packed for inference"):
+        save_model(model, tmp_path / "packed")
+    assert not (tmp_path / "packed").exists()
+
+
+def test_bfloat16_packs_for_one_row():
+    model = random_model(seed=5).to(torch.bfloat16)
+    assert model.pack_for_inference(batch_size=1)

@@ -268,6 +268,7 @@ def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_to
 
     `answer_lengths` (one per prompt) end every row there (see the module docstring); the
     generation limit is then one past the longest, so the forced end token always fits.
+    `model` is packed for inference (one-way) from the first batch size where that is faster.
     """
     if answer_lengths:
         if eos_token_id is None:
@@ -276,7 +277,7 @@ def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_to
     # Ours and theirs run back to back per batch size, so that load from other processes on a
     # shared machine shifts both sides of a comparison alike.
     plan = [("ours", "sequential", 1)] if "sequential" in strategies else []
-    for batch_size in batch_sizes:
+    for batch_size in sorted(batch_sizes):  # packing (see Qwen3.pack_for_inference) is one-way
         for strategy in strategies:
             if strategy != "sequential":
                 plan.append(("ours", strategy, batch_size))
@@ -299,6 +300,7 @@ def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_to
     rows, outputs = [], {}
     for implementation, strategy, batch_size in plan:
         if implementation == "ours":
+            model.pack_for_inference(batch_size)
             run = run_ours(model, prompts, strategy, batch_size, **args)
         elif implementation == "book":
             run = run_book(book_model, prompts, strategy, batch_size, **args, device=model.device)
@@ -317,6 +319,7 @@ def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_to
             "wall_s": run.wall_seconds, "prefill_s": run.prefill_seconds,
             "decode_s": run.decode_seconds, "tokens_per_s": generated / run.wall_seconds,
             "peak_mem_mb": run.peak_memory_mb,
+            "packed_weights": implementation == "ours" and model.packed,
         })
         print(f"{implementation} {strategy} bs={batch_size}: {generated / run.wall_seconds:.2f} tokens/s",
               flush=True)

@@ -42,6 +42,7 @@ def measure(checkpoint: str, prompts: list[list[int]], *, strategy: str, dtype: 
         torch.set_num_threads(threads)
     model = load_model(checkpoint, dtype=dtype, device=torch_device)
     baseline = baseline_mb(model)
+    model.pack_for_inference(len(prompts))
     with PeakMemory(torch_device) as memory:
         generate(model, prompts, strategy=strategy, batch_size=len(prompts),
                  max_new_tokens=max_new_tokens, eos_token_id=None, pad_token_id=pad_token_id)

@@ -91,6 +91,8 @@ def save_model(model: Qwen3, directory: str | Path, source: str | Path | None = 
     The directory is assembled beside its destination and renamed into place, so a killed job
     never leaves a checkpoint that looks complete but is not.
     """
+    if model.packed:
+        raise ValueError(f"cannot save {directory}: the model's weights are packed for inference")
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = directory.with_name(f".{directory.name}.partial")

@@ -79,6 +79,7 @@ def evaluate(
     tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
     model = load_model(model_dir, dtype=dtype, device=torch_device)
     baseline = baseline_mb(model)
+    model.pack_for_inference(batch_size)
     with PeakMemory(torch_device) as memory:
         start = time.perf_counter()
         result = generate(

@@ -7,6 +7,8 @@ import threading
 import psutil
 import torch
 
+from .model import Linear
+
 
 def process_rss_mb() -> float:
     """This process's resident set size now (MiB)."""
@@ -18,8 +20,13 @@ def baseline_mb(model) -> float | None:
     minus the weights, the memory model's base on CPU. None on CUDA, where peaks count tensors."""
     if model.device.type != "cpu":
         return None
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    return process_rss_mb() - weights / 2**20
+    return process_rss_mb() - weights_mb(model)
+
+
+def weights_mb(model) -> float:
+    """The size of `model`'s weights, plain or packed for inference (MiB)."""
+    packed = [m.packed for m in model.modules() if isinstance(m, Linear) and m.packed is not None]
+    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *packed]) / 2**20
 
 
 class PeakMemory:

@@ -27,8 +27,30 @@ class Linear(nn.Linear):
     """
 
     SMALL_ROWS = range(4, 257)
+    packed: torch.Tensor | None = None
+
+    def pack(self) -> None:
+        """Keep the weight only in oneDNN's blocked layout, for inference (see
+        `Qwen3.pack_for_inference`)."""
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+        self.weight = None
+
+    @classmethod
+    def packed_side_by_side(cls, layers: list[Linear]) -> Linear:
+        """One packed layer whose output is `layers`' outputs concatenated: one larger product
+        instead of several runs faster on CPU."""
+        has_bias = layers[0].bias is not None
+        out_features = sum(layer.out_features for layer in layers)
+        fused = cls(layers[0].in_features, out_features, bias=has_bias, device="meta")
+        fused.weight = nn.Parameter(torch.cat([layer.weight.detach() for layer in layers]))
+        if has_bias:
+            fused.bias = nn.Parameter(torch.cat([layer.bias.detach() for layer in layers]))
+        fused.pack()
+        return fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         rows = x.numel() // x.shape[-1]
         if x.device.type != "cpu" or rows not in self.SMALL_ROWS:
             return super().forward(x)
@@ -84,12 +106,23 @@ class Attention(nn.Module):
         self.o_proj = Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.qkv_proj: Linear | None = None  # q, k and v packed side by side for inference
+
+    def pack(self) -> None:
+        self.qkv_proj = Linear.packed_side_by_side([self.q_proj, self.k_proj, self.v_proj])
+        del self.q_proj, self.k_proj, self.v_proj
+        self.o_proj.pack()
 
     def forward(self, x, cos, sin, mask, cache: KVCache | SlotCache | None, layer: int):
         batch, time, _ = x.shape
-        q = self.q_proj(x).view(batch, time, self.n_heads, self.head_dim)
-        k = self.k_proj(x).view(batch, time, self.n_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(batch, time, self.n_kv_heads, self.head_dim)
+        if self.qkv_proj is None:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:
+            kv_size = self.n_kv_heads * self.head_dim
+            q, k, v = self.qkv_proj(x).split([self.n_heads * self.head_dim, kv_size, kv_size], -1)
+        q = q.view(batch, time, self.n_heads, self.head_dim)
+        k = k.view(batch, time, self.n_kv_heads, self.head_dim)
+        v = v.view(batch, time, self.n_kv_heads, self.head_dim)
         q = apply_rotary(self.q_norm(q).transpose(1, 2), cos, sin)
         k = apply_rotary(self.k_norm(k).transpose(1, 2), cos, sin)
         v = v.transpose(1, 2)
@@ -109,9 +142,19 @@ class MLP(nn.Module):
         self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj: Linear | None = None  # packed side by side for inference
+
+    def pack(self) -> None:
+        self.gate_up_proj = Linear.packed_side_by_side([self.gate_proj, self.up_proj])
+        del self.gate_proj, self.up_proj
+        self.down_proj.pack()
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_proj is None:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        else:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -159,11 +202,44 @@ class Qwen3(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.lm_head.weight.device
+        return self.model.embed_tokens.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.lm_head.weight.dtype
+        return self.model.embed_tokens.weight.dtype
+
+    @property
+    def packed(self) -> bool:
+        return any(m.packed is not None for m in self.modules() if isinstance(m, Linear))
+
+    def pack_for_inference(self, batch_size: int) -> bool:
+        """On CPU, store the projections' weights in oneDNN's blocked layout if that makes
+        generating `batch_size` rows faster; returns whether the model is packed.
+
+        Why: with the weights laid out once for its kernels, oneDNN's products of a few rows
+        run faster than either orientation of `Linear` with plain weights, and q/k/v and
+        gate/up each become one product. Measured here (2 threads, Qwen3-0.6B shape, the
+        layers' projections in one decode step): float32 89 instead of 117 ms at 8 rows, but
+        73 instead of 63 ms at one row, so float32 packs from 4 rows on; bfloat16 40-43
+        instead of 46-53 ms at 1 to 16 rows, so it always packs. The plain weights are freed,
+        so memory stays the same. A tied output layer keeps the embedding's weight.
+        One-way: a packed model can generate but not train or be saved; reload it for that.
+        """
+        if self.packed:
+            return True
+        if self.device.type != "cpu" or (self.dtype == torch.float32 and batch_size < 4):
+            return False
+        for layer in self.model.layers:
+            layer.self_attn.pack()
+            layer.mlp.pack()
+        if self.lm_head.weight is not self.model.embed_tokens.weight:
+            self.lm_head.pack()
+        return True
+
+    def train(self, mode: bool = True):
+        if mode and self.packed:
+            raise RuntimeError("this model's weights are packed for inference; reload it to train")
+        return super().train(mode)
 
     def forward(
         self,

@@ -159,6 +159,7 @@ def self_consistency(
     prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style, prompt_suffix))
                for r in records]
     model = load_model(model_dir, dtype=dtype, device=torch_device)
+    model.pack_for_inference(batch_size)
     with PeakMemory(torch_device) as memory:
         start = time.perf_counter()
         samples = sample_answers(
