@@ -1,13 +1,14 @@
 """Continuous batching must reproduce sequential generation token for token (float32)."""
 
 import random
+from itertools import pairwise
 
 import pytest
 import torch
 from conftest import EOS, PAD
 
 from batched_reasoning.generation import Greedy, generate
-from batched_reasoning.kv_cache import KVCache, SlotCache
+from batched_reasoning.kv_cache import KVCache, SlotCache, row_groups
 from batched_reasoning.padding import length_sorted
 from batched_reasoning.sampling import TopP
 
@@ -108,3 +109,40 @@ def test_slot_cache_rows_of_different_lengths_match_alone(eos_model):
         together = eos_model(step, cache=cache)[:, -1]
     torch.testing.assert_close(together, torch.stack(alone), atol=1e-5, rtol=0)
     assert cache.lengths == [9, 30]
+
+
+def run_cost(ends, runs, call_cost):
+    return sum(call_cost + (stop - first) * max(ends[first:stop]) for first, stop in runs)
+
+
+def all_splits(n):
+    """Every way to cut rows 0 .. n-1 into runs of neighbours."""
+    for cuts in range(2 ** (n - 1)):
+        bounds = [0] + [i + 1 for i in range(n - 1) if cuts >> i & 1] + [n]
+        yield list(pairwise(bounds))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_row_groups_is_the_cheapest_split(seed):
+    rng = random.Random(seed)
+    ends = [rng.randint(1, 300) for _ in range(rng.randint(1, 8))]
+    call_cost = rng.choice([0, 8, 32, 200])
+    runs = row_groups(ends, call_cost)
+    assert [r for run in runs for r in range(*run)] == list(range(len(ends)))
+    cheapest = min(run_cost(ends, split, call_cost) for split in all_splits(len(ends)))
+    assert run_cost(ends, runs, call_cost) == cheapest
+
+
+def test_row_groups_keeps_equal_rows_together_and_splits_off_a_long_one():
+    assert row_groups([50] * 6, 32) == [(0, 6)]
+    assert row_groups([50, 50, 400, 50], 32) == [(0, 2), (2, 3), (3, 4)]
+    assert row_groups([50, 60, 70], 10**9) == [(0, 3)]
+
+
+@pytest.mark.parametrize("call_cost", [0, 10**9])
+def test_continuous_equals_sequential_whether_rows_attend_alone_or_together(
+    eos_model, sequential, monkeypatch, call_cost
+):
+    monkeypatch.setattr(SlotCache, "cpu_call_cost", call_cost)
+    result = run(eos_model, prompts_of(LENGTHS), "continuous", 4)
+    assert result.tokens == sequential.tokens

@@ -1,8 +1,8 @@
 """Key/value caches allocated once per generation call and written in place.
 
 The model talks to a cache through three calls: `append_mask` (where the new tokens go and which
-cached keys are real), `write` (store one layer's new keys/values, return all of them) and
-`advance` (the new tokens are now cached). Two layouts implement them:
+cached keys are real), `attend` (store one layer's new keys/values and attend over the cached
+ones) and `advance` (the new tokens are now cached). Two layouts implement them:
 
 - `KVCache`: one time axis for the whole batch; left padding aligns the rows, so one write
   offset serves them all (the `batched` strategies).
@@ -13,6 +13,38 @@ cached keys are real), `write` (store one layer's new keys/values, return all of
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+
+
+def fused_attention(q, k, v, mask):
+    """Fused attention; grouped key/value heads are shared, not copied."""
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1]
+    )
+
+
+def row_groups(ends: list[int], call_cost: int) -> list[tuple[int, int]]:
+    """Split rows `0 .. n-1` into runs `(first, stop)` of neighbours that attend together.
+
+    A run attends over its longest row's keys, so mixing a short row with a long one reads the
+    long row's surplus in vain, while each run is one more kernel call. The split minimises
+    `call_cost` (a call's overhead, in key positions read) plus rows times longest end per run,
+    by dynamic programming over the run boundaries.
+    """
+    best = [0] + [None] * len(ends)  # best[b]: cheapest cost of rows 0 .. b-1
+    first_of = [0] * (len(ends) + 1)
+    for stop in range(1, len(ends) + 1):
+        longest = 0
+        for first in range(stop - 1, -1, -1):
+            longest = max(longest, ends[first])
+            cost = best[first] + call_cost + (stop - first) * longest
+            if best[stop] is None or cost < best[stop]:
+                best[stop], first_of[stop] = cost, first
+    runs, stop = [], len(ends)
+    while stop:
+        runs.append((first_of[stop], stop))
+        stop = first_of[stop]
+    return runs[::-1]
 
 
 def _storage(model, batch: int, max_len: int, fill) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,12 +89,13 @@ class KVCache:
         positions = torch.arange(self.length, end, device=attention_mask.device)
         return self.key_mask[:, :end], positions.expand(batch, time)
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Store the new keys/values of `layer`; return the keys/values of all cached positions."""
+    def attend(self, layer: int, q, k, v, mask) -> torch.Tensor:
+        """Store the new keys/values of `layer`; attend `q` over all cached positions."""
         end = self.length + k.shape[2]
         self.keys[layer, :, :, self.length:end] = k
         self.values[layer, :, :, self.length:end] = v
-        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+        keys, values = self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+        return fused_attention(q, keys, values, mask)
 
     def advance(self, steps: int) -> None:
         self.length += steps
@@ -89,12 +122,23 @@ class SlotCache:
     past the row's end. Lengths live on the host (the generation loop knows them without
     asking the device). The storage starts zeroed: a masked key must still be a finite number,
     since a masked-out NaN value would poison the attention sum.
+
+    Rows of very different lengths attend in separate runs (`row_groups`), so a short row does
+    not read up to the longest row's end. On CPU a call costs about as much as reading 32 key
+    positions more (measured here, Qwen3-0.6B shape, 2 threads: a decode step's attention at 16
+    slots of MATH-500 prompts plus up to 256 answer tokens takes 39 instead of 59 ms in
+    bfloat16, 58 instead of 90 ms in float32). On a GPU one call is far cheaper than the reads
+    it would save, so all rows attend together.
     """
+
+    cpu_call_cost = 32
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
         self.keys, self.values = keys, values
         self.lengths = [0] * keys.shape[1]
         self._positions = None  # cache positions of the tokens being written, (batch, time)
+        self._ends: list[int] = []  # each row's end after the tokens being written
+        self._runs: list[tuple[int, int]] = []  # rows that attend together (`row_groups`)
 
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> SlotCache:
@@ -122,19 +166,32 @@ class SlotCache:
         device = attention_mask.device
         starts = torch.tensor(self.lengths, device=device)[:, None]
         self._positions = starts + torch.arange(time, device=device)
+        if device.type == "cpu":
+            self._runs = row_groups(ends, self.cpu_call_cost)
+        else:
+            self._runs = [(0, len(ends))]
+        self._ends = ends
         key_pos = torch.arange(max(ends), device=device)
         key_mask = key_pos < (starts + time)
         return key_mask, self._positions
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Store each row's new keys/values at its own positions; return keys/values up to the
-        longest row's end (shorter rows' surplus is masked)."""
+    def attend(self, layer: int, q, k, v, mask) -> torch.Tensor:
+        """Store each row's new keys/values at its own positions; attend each run of rows over
+        keys up to its longest row's end (shorter rows' surplus is masked)."""
         rows = torch.arange(k.shape[0], device=k.device)[:, None]
         # Indexing (rows, :, positions) puts the (batch, time) index dims first.
         self.keys[layer][rows, :, self._positions] = k.transpose(1, 2)
         self.values[layer][rows, :, self._positions] = v.transpose(1, 2)
-        end = max(self.lengths) + k.shape[2]
-        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+        outputs = []
+        for first, stop in self._runs:
+            end = max(self._ends[first:stop])
+            run_mask = mask[first:stop, :, :, :end]
+            if q.shape[2] == 1 and min(self._ends[first:stop]) == end:
+                run_mask = None  # one new token per row and every key real: nothing to hide
+            keys = self.keys[layer, first:stop, :, :end]
+            values = self.values[layer, first:stop, :, :end]
+            outputs.append(fused_attention(q[first:stop], keys, values, run_mask))
+        return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
 
     def advance(self, steps: int) -> None:
         self.lengths = [length + steps for length in self.lengths]

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import Qwen3Config
-from .kv_cache import KVCache, SlotCache
+from .kv_cache import KVCache, SlotCache, fused_attention
 
 
 class Linear(nn.Linear):
@@ -126,11 +126,10 @@ class Attention(nn.Module):
         q = apply_rotary(self.q_norm(q).transpose(1, 2), cos, sin)
         k = apply_rotary(self.k_norm(k).transpose(1, 2), cos, sin)
         v = v.transpose(1, 2)
-        if cache is not None:
-            k, v = cache.write(layer, k, v)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv_heads
-        )
+        if cache is None:
+            out = fused_attention(q, k, v, mask)
+        else:
+            out = cache.attend(layer, q, k, v, mask)
         return self.o_proj(out.transpose(1, 2).reshape(batch, time, -1))
 
 
