@@ -137,8 +137,8 @@ class SlotCache:
         self.keys, self.values = keys, values
         self.lengths = [0] * keys.shape[1]
         self._positions = None  # cache positions of the tokens being written, (batch, time)
-        self._ends: list[int] = []  # each row's end after the tokens being written
-        self._runs: list[tuple[int, int]] = []  # rows that attend together (`row_groups`)
+        # Rows that attend together (`row_groups`): (first, stop, longest end, whether to mask)
+        self._runs: list[tuple[int, int, int, bool]] = []
 
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> SlotCache:
@@ -167,10 +167,14 @@ class SlotCache:
         starts = torch.tensor(self.lengths, device=device)[:, None]
         self._positions = starts + torch.arange(time, device=device)
         if device.type == "cpu":
-            self._runs = row_groups(ends, self.cpu_call_cost)
+            runs = row_groups(ends, self.cpu_call_cost)
         else:
-            self._runs = [(0, len(ends))]
-        self._ends = ends
+            runs = [(0, len(ends))]
+        # A run needs no mask when it adds one token per row and its rows all end together.
+        self._runs = [
+            (first, stop, max(ends[first:stop]), time > 1 or len(set(ends[first:stop])) > 1)
+            for first, stop in runs
+        ]
         key_pos = torch.arange(max(ends), device=device)
         key_mask = key_pos < (starts + time)
         return key_mask, self._positions
@@ -183,11 +187,8 @@ class SlotCache:
         self.keys[layer][rows, :, self._positions] = k.transpose(1, 2)
         self.values[layer][rows, :, self._positions] = v.transpose(1, 2)
         outputs = []
-        for first, stop in self._runs:
-            end = max(self._ends[first:stop])
-            run_mask = mask[first:stop, :, :, :end]
-            if q.shape[2] == 1 and min(self._ends[first:stop]) == end:
-                run_mask = None  # one new token per row and every key real: nothing to hide
+        for first, stop, end, masked in self._runs:
+            run_mask = mask[first:stop, :, :, :end] if masked else None
             keys = self.keys[layer, first:stop, :, :end]
             values = self.values[layer, first:stop, :, :end]
             outputs.append(fused_attention(q[first:stop], keys, values, run_mask))
