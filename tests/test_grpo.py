@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from conftest import random_model
 from safetensors.torch import load_file
 
+from batched_reasoning import grpo as grpo_module
 from batched_reasoning.checkpoint import load_model, save_model
 from batched_reasoning.data import make_arith
 from batched_reasoning.grpo import (
@@ -196,12 +197,33 @@ def test_killed_run_resumes_to_the_same_result(setup, straight):
     assert_same_weights(out / "model", setup / "straight/model")
 
 
-def test_rerun_resumes_only_the_same_run(setup):
-    assert run(setup, "rerun", steps=2)["resumed_from_step"] == 0
-    assert run(setup, "rerun", steps=2)["resumed_from_step"] == 2  # its final checkpoint
-    assert run(setup, "rerun", steps=2, lr=1e-4)["resumed_from_step"] == 0  # other config
-    (setup / "test.jsonl").touch()  # a rebuilt input
-    assert run(setup, "rerun", steps=2, lr=1e-4)["resumed_from_step"] == 0
+def test_a_checkpoint_is_resumed_only_by_the_same_run(setup, monkeypatch):
+    def interrupted(**overrides):
+        """A run that dies after training, leaving its step-4 checkpoint behind."""
+        def dies(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as patch:
+            patch.setattr(grpo_module, "save_model", dies)
+            with pytest.raises(KeyboardInterrupt):
+                run(setup, "rerun", **overrides)
+        assert [p.name for p in (setup / "rerun/checkpoints").glob("step-*")] == ["step-000004"]
+
+    interrupted()
+    assert run(setup, "rerun")["resumed_from_step"] == 4
+    assert not (setup / "rerun/checkpoints").exists()  # a finished run leaves no checkpoint
+    interrupted()
+    assert run(setup, "rerun", lr=1e-4)["resumed_from_step"] == 0  # other settings
+    interrupted()
+    (setup / "test.jsonl").touch()  # the same data, only newer
+    assert run(setup, "rerun")["resumed_from_step"] == 4
+    interrupted()
+    records = (setup / "test.jsonl").read_text()
+    (setup / "test.jsonl").write_text(records.replace('"answer": "0"', '"answer": "00"', 1))
+    try:
+        assert run(setup, "rerun")["resumed_from_step"] == 0  # other data
+    finally:
+        (setup / "test.jsonl").write_text(records)
 
 
 def test_table_and_plot(setup, straight, tmp_path):

@@ -1,54 +1,73 @@
-"""Rerun exactly what changed: config values, library code and the sweep decide which jobs rerun.
+"""Rerun exactly what changed, for real: after a complete tiny run, change one thing, run
+`snakemake` again and check which jobs ran and that every other output is untouched.
 
-A complete tiny run is made once; each test copies it (metadata and mtimes included), changes
-one thing, and reads the jobs a dry run would execute. The library is imported from a copy
-inside the work directory (PYTHONPATH), so a test can edit a module without touching the repo.
+The library is imported from a copy inside the work directory (PYTHONPATH), so a test can edit
+a module without touching the repository. CI runs this suite as an unprivileged user: root
+ignores write bits, so only an ordinary user sees a write-protected output stop a rerun.
 """
 
+import hashlib
 import os
 import re
 import shutil
+import signal
+import subprocess
+import time
 
 import pytest
 import yaml
-from workflow_helpers import REPO, copy_workflow, snakemake
+from workflow_helpers import REPO, SNAKEMAKE, copy_workflow, snakemake
+
+from batched_reasoning.io import read_json
+from batched_reasoning.provenance import imported_modules, module_closure
 
 pytestmark = pytest.mark.slow
 
+OUTPUT_DIRS = ("results", "resources")
 
-def with_library(workdir):
-    shutil.copytree(REPO / "src", workdir / "src")
-    env = os.environ | {"PYTHONPATH": str(workdir / "src")}
-    return env
+
+def library_env(workdir):
+    return os.environ | {"PYTHONPATH": str(workdir / "src")}
+
+
+def run(workdir, *args, check=True):
+    """A real `snakemake` run; returns {rule: jobs that ran}."""
+    proc = snakemake(workdir, *args, env=library_env(workdir), check=check)
+    ran = {}
+    for rule in re.findall(r"^(?:local)?rule (\w+):$", proc.stdout + proc.stderr, re.M):
+        ran[rule] = ran.get(rule, 0) + 1
+    ran.pop("all", None)
+    return ran
 
 
 @pytest.fixture(scope="module")
 def complete_run(tmp_path_factory):
     workdir = copy_workflow(tmp_path_factory.mktemp("rerun") / "run")
-    snakemake(workdir, env=with_library(workdir))
+    shutil.copytree(REPO / "src", workdir / "src", ignore=shutil.ignore_patterns("*.egg-info"))
+    run(workdir)
     return workdir
 
 
 @pytest.fixture
 def workdir(complete_run, tmp_path):
     copy = tmp_path / "run"
-    shutil.copytree(complete_run, copy, symlinks=True)
+    shutil.copytree(complete_run, copy, symlinks=True)  # copy2: mtimes are kept
     return copy
 
 
-def planned_jobs(workdir) -> dict[str, int]:
-    """Rule -> number of jobs a dry run would execute."""
-    env = os.environ | {"PYTHONPATH": str(workdir / "src")}
-    out = snakemake(workdir, "-n", env=env).stdout
-    if "Nothing to be done" in out:
-        return {}
-    table = out.split("Job stats:")[1].split("\n\n")[0]
-    jobs = {}
-    for line in table.splitlines():
-        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
-        if match and match[1] != "total":
-            jobs[match[1]] = int(match[2])
-    return jobs
+def snapshot(workdir) -> dict[str, tuple[int, str]]:
+    """(mtime, content hash) of every output file."""
+    files = {}
+    for top in OUTPUT_DIRS:
+        for path in sorted((workdir / top).rglob("*")):
+            if path.is_file():
+                files[str(path.relative_to(workdir))] = (
+                    path.stat().st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest())
+    return files
+
+
+def changed_files(before, after) -> set[str]:
+    return {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
 
 
 def edit_config(workdir, change):
@@ -57,37 +76,97 @@ def edit_config(workdir, change):
     (workdir / "tiny.yaml").write_text(yaml.safe_dump(config))
 
 
-def test_second_run_has_nothing_to_do(workdir):
-    assert planned_jobs(workdir) == {}
+def edit_module(workdir, name, old, new):
+    module = workdir / "src/batched_reasoning" / f"{name}.py"
+    text = module.read_text()
+    assert old in text
+    module.write_text(text.replace(old, new, 1))
+
+
+def test_outputs_are_never_write_protected(complete_run):
+    """A protected output stops every rerun of its job for an ordinary user."""
+    for top in OUTPUT_DIRS:
+        for path in (complete_run / top).rglob("*"):
+            assert path.stat().st_mode & 0o200, f"{path} is not writable by its owner"
+
+
+def test_second_run_does_nothing(workdir):
+    before = snapshot(workdir)
+    assert run(workdir) == {}
+    assert changed_files(before, snapshot(workdir)) == set()
 
 
 def test_changed_grpo_lr_reruns_only_grpo(workdir):
+    before = snapshot(workdir)
     edit_config(workdir, lambda c: c["grpo"].update(lr=3e-4))
-    assert planned_jobs(workdir) == {"grpo": 6, "grpo_table": 1, "all": 1}  # 3 strategies x 2 world sizes
+    assert run(workdir) == {"grpo": 6, "grpo_table": 1}  # 3 strategies x 2 world sizes
+    changed = changed_files(before, snapshot(workdir))
+    assert changed and all("grpo" in path for path in changed), sorted(changed)
+    assert run(workdir) == {}
 
 
-def test_added_batch_size_schedules_only_its_runs(workdir):
-    edit_config(workdir, lambda c: c["evaluate"].update(batch_sizes=[1, 3, 5]))
-    # batched, batched_stop and continuous at the new size; sequential runs at size 1 only
-    assert planned_jobs(workdir) == {"tokenize": 1, "evaluate": 3, "evaluate_table": 1, "all": 1}
+def test_changed_pretrain_steps_retrains_from_scratch_and_reruns_downstream(workdir):
+    edit_config(workdir, lambda c: c["pretrain"].update(steps=30))
+    ran = run(workdir)
+    assert ran["pretrain"] == 1
+    assert {"evaluate", "self_consistency", "grpo", "distill"} <= set(ran)
+    assert "make_arith" not in ran and "build_toy_model" not in ran
+    metrics = read_json(workdir / "results/pretrain/toy/metrics.json")
+    assert metrics["steps"] == 30 and metrics["resumed_from_step"] == 0
+    assert not (workdir / "results/pretrain/toy/checkpoints").exists()  # a finished run leaves none
 
 
-def test_sampler_edit_reruns_only_sampling_stages(workdir):
-    module = workdir / "src/batched_reasoning/sampling.py"
-    module.write_text(module.read_text() + "\n# a changed sampler\n")
-    assert planned_jobs(workdir) == {"self_consistency": 7, "self_consistency_table": 1,
-                                     "grpo": 6, "grpo_table": 1, "all": 1}
+def test_comment_and_docstring_edits_rerun_nothing(workdir):
+    edit_module(workdir, "sampling", '"""Temperature and top-p sampling',
+                '"""Temperature and nucleus (top-p) sampling')
+    edit_module(workdir, "sampling", "\n\n\ndef row_seed", "\n\n\n# a comment\ndef row_seed")
+    assert run(workdir) == {}
 
 
-def test_edit_of_unused_module_reruns_nothing(workdir):
-    module = workdir / "src/batched_reasoning/bench.py"
-    module.write_text(module.read_text() + "\n# nothing imports this\n")
-    assert planned_jobs(workdir) == {}
+def test_sampler_code_edit_reruns_only_sampling_stages(workdir):
+    before = snapshot(workdir)
+    edit_module(workdir, "sampling", "uniform[:, None] * cumulative[:, -1:]",
+                "cumulative[:, -1:] * uniform[:, None]")
+    assert run(workdir) == {"self_consistency": 7, "self_consistency_table": 1,
+                            "grpo": 6, "grpo_table": 1}
+    changed = changed_files(before, snapshot(workdir))
+    assert all("self_consistency" in path or "grpo" in path for path in changed), sorted(changed)
 
 
-def test_model_code_edit_reruns_everything_that_runs_the_model(workdir):
-    module = workdir / "src/batched_reasoning/model.py"
-    module.write_text(module.read_text() + "\n# a changed model\n")
-    jobs = planned_jobs(workdir)
-    assert {"build_toy_model", "pretrain", "evaluate", "self_consistency"} <= set(jobs)
-    assert "make_arith" not in jobs
+def test_io_edit_reruns_everything_that_imports_it_absolutely_or_not(workdir):
+    assert "io" in imported_modules(REPO / "src/batched_reasoning/hub.py")  # absolute import
+    assert "io" in module_closure("hub")
+    edit_module(workdir, "io", "def read_jsonl(", "def read_jsonl(  # same code\n")
+    assert run(workdir, "-n") == {}  # a comment only
+    edit_module(workdir, "io", "indent=2, sort_keys=True", "indent=1, sort_keys=True")
+    planned = run(workdir, "-n")
+    assert {"make_arith", "build_toy_model", "pretrain", "tokenize", "evaluate", "grpo",
+            "distill", "evaluate_table"} <= set(planned)
+
+
+def test_killed_distillation_restarts_from_a_changed_base_model(workdir):
+    """Kill a distillation mid-run (and Snakemake with it), change the model it starts from,
+    rerun: the stale checkpoint is discarded, training starts from the new base."""
+    edit_config(workdir, lambda c: c["distill"].update(epochs=20))
+    target = "results/distill/toy/arith/bs1/cpu/ws1/metrics.json"
+    run_dir = workdir / target.removesuffix("/metrics.json")
+    cmd = [*SNAKEMAKE, target, "--cores", "1", "--configfile", "tiny.yaml"]
+    proc = subprocess.Popen(cmd, cwd=workdir, env=library_env(workdir), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while not list(run_dir.glob("checkpoints/step-*/trainer_state.pt")):
+        assert proc.poll() is None and time.time() < deadline, "distillation ended unkilled"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    locked = snakemake(workdir, target, env=library_env(workdir), check=False)
+    assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
+    snakemake(workdir, "--unlock", env=library_env(workdir))
+
+    edit_config(workdir, lambda c: c["pretrain"].update(lr=1e-3))  # a new base model
+    ran = run(workdir, target)
+    assert ran["pretrain"] == 1 and ran["distill"] == 1
+    metrics = read_json(run_dir / "metrics.json")
+    assert metrics["resumed_from_step"] == 0
+    log = (workdir / "results/logs/distill/toy/arith/bs1/cpu/ws1.log").read_text()
+    assert "discarding checkpoints of another run (changed: start" in log

@@ -41,7 +41,8 @@ def copy_workflow(destination: Path, config: dict | None = None) -> Path:
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1800, env=None):
-    cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "tiny.yaml", *args]
+    # `--configfile` takes every value up to the next flag, so it comes last
+    cmd = [*SNAKEMAKE, *args, "--cores", "2", "--configfile", "tiny.yaml"]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout,
                           env=env)
     if check and proc.returncode != 0:

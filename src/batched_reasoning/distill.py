@@ -10,7 +10,6 @@ the batch size stays the global one, so the world size changes the speed, not th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import shutil
@@ -30,7 +29,10 @@ from .memory import PeakMemory
 from .padding import batches, left_pad, length_sorted
 from .prompts import TextTokenizer, format_prompt
 from .provenance import run_info
-from .training import latest_checkpoint, masked_nll, resume, save_training_state, seed_everything
+from .training import (
+    claim_work_dir, finish_run, masked_nll, resume, run_identity, save_training_state,
+    seed_everything, settings_of,
+)
 
 TEACHER_FIELDS = ("problem", "gtruth_answer", "message_thinking", "message_content")
 LISTED_MALFORMED = 10
@@ -211,21 +213,6 @@ def train_step(model, optimizer, examples: list[Example], batch_examples: int, p
     return mean.item() * len(examples), int(attention_mask.sum()), attention_mask.numel()
 
 
-def run_fingerprint(params: dict, train: list[Example]) -> str:
-    """What a checkpoint must match to be resumed: same settings, same training examples."""
-    blob = json.dumps([params, [e.ids for e in train], [e.prompt_len for e in train]],
-                      sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def keep_latest(work_dir) -> None:
-    """Drop all but the newest checkpoint (each holds weights and optimizer state)."""
-    newest = latest_checkpoint(work_dir)
-    for old in Path(work_dir).glob("step-*"):
-        if old != newest:
-            shutil.rmtree(old)
-
-
 def distill(
     model_dir: str, teacher_path: str, out_dir: str, work_dir: str, log_csv: str,
     metrics_json: str, curve_png: str, *,
@@ -236,9 +223,11 @@ def distill(
 ) -> dict:
     """Train the student; write it to `out_dir` with its log, loss curve and metrics.
 
-    `work_dir` holds the resumable checkpoint; it is removed once the outputs are written. In a
-    multi-rank run rank 0 writes everything and returns the metrics; the others return None.
+    `work_dir` holds the resumable checkpoint, resumed only if the same run wrote it, and is
+    removed once the outputs are written. In a multi-rank run rank 0 writes everything and
+    returns the metrics; the others return None.
     """
+    identity = run_identity("distill", settings_of(distill, locals()), [teacher_path], model_dir)
     torch_device = distributed.device(device)
     torch.set_num_threads(distributed.threads_per_rank(threads))
     main = distributed.is_main()
@@ -256,7 +245,6 @@ def distill(
     lengths = [len(e.ids) for e in train]
     steps_per_epoch = math.ceil(len(train) / batch_size)
     total_steps = epochs * steps_per_epoch
-    fingerprint = run_fingerprint(params, train)
 
     def make_optimizer(model):
         return torch.optim.AdamW(model.parameters(), lr=lr)
@@ -264,15 +252,10 @@ def distill(
     def validate(model) -> float:
         return mean_loss(model, validation, batch_size, tokenizer.pad_token_id)
 
+    if main:
+        claim_work_dir(work_dir, identity)
+    distributed.barrier()  # a stale checkpoint is gone before any rank looks for one
     resumed = resume(work_dir, make_optimizer, dtype, torch_device)
-    distributed.barrier()  # every rank has read the checkpoint before rank 0 may remove it
-    if resumed and resumed[3]["fingerprint"] != fingerprint:
-        if main:
-            print(f"{work_dir}: checkpoint is from other settings or data; starting over",
-                  flush=True)
-            shutil.rmtree(work_dir)
-        seed_everything(seed)
-        resumed = None
     if resumed:
         model, optimizer, start, extra = resumed
         log = extra["log"]
@@ -310,9 +293,7 @@ def distill(
                   f"{row['tokens_per_sec']:.0f} tokens/s", flush=True)
         log.append(row)
         if main and (step + 1) % checkpoint_every == 0 and step + 1 < total_steps:
-            save_training_state(work_dir, model, optimizer, step + 1, model_dir,
-                                {"log": log, "fingerprint": fingerprint})
-            keep_latest(work_dir)
+            save_training_state(work_dir, model, optimizer, step + 1, model_dir, {"log": log})
     wall = time.perf_counter() - started
     if not main:
         return None
@@ -347,7 +328,7 @@ def distill(
         "sort_by_length": sort_by_length, "use_think_tokens": use_think_tokens,
     } | run_info(params, torch_device, "distill")
     write_json(metrics, metrics_json)
-    shutil.rmtree(work_dir, ignore_errors=True)
+    finish_run(work_dir)
     return metrics
 
 

@@ -13,8 +13,6 @@ the step's rollouts; rewards are gathered for the group advantages and DDP avera
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 from pathlib import Path
 
@@ -30,13 +28,16 @@ from . import distributed
 from .checkpoint import load_model, save_model
 from .generation import generate
 from .grading import extract_answer, is_correct
-from .io import atomic_path, read_json, read_jsonl, save_figure, write_json
+from .io import atomic_path, read_jsonl, save_figure, write_json
 from .memory import PeakMemory
 from .padding import left_pad
 from .prompts import TextTokenizer, format_prompt
 from .provenance import run_info
 from .sampling import TopP
-from .training import resume, save_training_state, seed_everything, token_logprobs
+from .training import (
+    claim_work_dir, finish_run, resume, run_identity, save_training_state, seed_everything,
+    settings_of, token_logprobs,
+)
 
 ADVANTAGE_EPS = 1e-4
 # Evaluation is not what the runs compare, so it uses one batch size everywhere: accuracies of
@@ -131,34 +132,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def claim_work_dir(work_dir: Path, params: dict, inputs: list) -> None:
-    """Keep `work_dir`'s checkpoints only if they come from this exact run.
-
-    A rerun after a config or code change (the params hold the code hash) or with a rebuilt
-    model or dataset must start afresh, not resume training that no longer applies. Inputs are
-    recognised by size and modification time, which rebuilding them changes.
-    """
-    files = sorted(f for p in map(Path, inputs) for f in (p.iterdir() if p.is_dir() else [p]))
-    identity = {"params": params,
-                "inputs": {str(f): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}}
-    identity = json.loads(json.dumps(identity, sort_keys=True, default=str))
-    marker = work_dir / "run.json"
-    if marker.is_file() and read_json(marker) == identity:
-        return
-    if work_dir.exists():
-        print(f"{work_dir}: checkpoints of another run, starting afresh", flush=True)
-        shutil.rmtree(work_dir)
-    write_json(identity, marker)
-
-
-def save_checkpoint(work_dir: Path, model, optimizer, step: int, source, rows: list[dict]):
-    """Save the training state and drop older checkpoints (only the latest is ever resumed)."""
-    saved = save_training_state(work_dir, model, optimizer, step, source, {"rows": rows})
-    for old in work_dir.glob("step-*"):
-        if old != saved:
-            shutil.rmtree(old)
-
-
 def train_grpo(
     model_dir: str, train_path: str, test_path: str, out_model: str, log_csv: str,
     metrics_json: str, curve_png: str, work_dir: str, *,
@@ -175,8 +148,11 @@ def train_grpo(
     split. Log row `step` k is the state after k steps; row 0 holds only the accuracy before
     training. Response lengths and rollout tokens/s count generated tokens without the end
     token, as `generate` reports them. In a multi-rank run rank 0 writes everything and
-    returns the metrics; the other ranks return None.
+    returns the metrics; the other ranks return None. A checkpoint in `work_dir` is resumed only
+    if the same run wrote it.
     """
+    identity = run_identity("grpo", settings_of(train_grpo, locals()),
+                            [train_path, test_path], model_dir)
     if num_rollouts < 2:
         raise ValueError(f"num_rollouts must be >= 2 (advantages compare them), got {num_rollouts}")
     step_rollouts = problems_per_step * num_rollouts
@@ -188,7 +164,7 @@ def train_grpo(
     main = distributed.is_main()
     work_dir = Path(work_dir)
     if main:
-        claim_work_dir(work_dir, params, [model_dir, train_path, test_path])
+        claim_work_dir(work_dir, identity)
     distributed.barrier()
     tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
     train = read_jsonl(train_path)[:train_problems]
@@ -274,8 +250,8 @@ def train_grpo(
         last = step + 1 == steps
         if (step + 1) % eval_every == 0 or last:
             evaluate_into(row)
-        if main and ((step + 1) % checkpoint_every == 0 or last):
-            save_checkpoint(work_dir, model, optimizer, step + 1, model_dir, rows)
+        if main and (step + 1) % checkpoint_every == 0 and not last:
+            save_training_state(work_dir, model, optimizer, step + 1, model_dir, {"rows": rows})
     if not main:
         return None
     save_model(model, out_model, source=model_dir)
@@ -292,6 +268,7 @@ def train_grpo(
         "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
     } | run_info(params, torch_device, "grpo")
     write_json(metrics, metrics_json)
+    finish_run(work_dir)
     return metrics
 
 

@@ -5,19 +5,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Iterable, Iterator
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
+
+    The file is created with the user's umask like any other (a cluster group can read results),
+    not with the owner-only mode of `tempfile`.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
         yield tmp
         os.replace(tmp, path)

@@ -21,7 +21,10 @@ from .padding import left_pad
 from .prompts import TextTokenizer
 from .provenance import resolve_device, run_info
 from .toy import training_text
-from .training import masked_nll, resume, save_training_state, seed_everything
+from .training import (
+    claim_work_dir, finish_run, masked_nll, resume, run_identity, save_training_state,
+    seed_everything, settings_of,
+)
 
 
 def learning_rate(step: int, steps: int, peak: float, warmup: int) -> float:
@@ -46,6 +49,9 @@ def pretrain(
     weight_decay: float, checkpoint_every: int, seed: int, device: str, threads: int,
     params: dict,
 ) -> None:
+    """Train `init_dir`'s model on `train_path` for `steps` steps; write the model, its log,
+    loss plot and metrics. A checkpoint in `work_dir` is resumed only if the same run wrote it."""
+    identity = run_identity("pretrain", settings_of(pretrain, locals()), [train_path], init_dir)
     torch_device = resolve_device(device)
     torch.set_num_threads(threads)
     seed_everything(seed)
@@ -58,6 +64,7 @@ def pretrain(
     def make_optimizer(model):
         return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
 
+    claim_work_dir(work_dir, identity)
     resumed = resume(work_dir, make_optimizer, "float32", torch_device)
     if resumed:
         model, optimizer, start, extra = resumed
@@ -97,6 +104,7 @@ def pretrain(
         "wall_seconds_this_run": time.perf_counter() - started, "peak_memory_mb": memory.peak_mb,
         "resumed_from_step": start,
     } | run_info(params, torch_device, "pretrain"), metrics_json)
+    finish_run(work_dir)
 
 
 def plot_loss(log: pd.DataFrame, png: str) -> None:

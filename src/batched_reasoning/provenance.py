@@ -14,14 +14,30 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 PACKAGES = ("torch", "safetensors", "tokenizers", "huggingface_hub", "math-verify", "snakemake")
 
 
-def _imports(module: str) -> set[str]:
-    """Package modules that `module` imports (relative `from .x import` statements)."""
-    tree = ast.parse((PACKAGE_DIR / f"{module}.py").read_text())
+PACKAGE = "batched_reasoning"
+
+
+def imported_modules(path: str | Path) -> set[str]:
+    """Package modules the Python file at `path` imports: `import batched_reasoning.x`,
+    `from batched_reasoning(.x) import ...`, and inside the package `from .x import ...` and
+    `from . import x`."""
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            names = [node.module] if node.module else [alias.name for alias in node.names]
-            found.update(n.split(".")[0] for n in names if (PACKAGE_DIR / f"{n}.py").is_file())
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.Import):
+            dotted = [alias.name for alias in node.names if alias.name.startswith(PACKAGE + ".")]
+        elif isinstance(node, ast.ImportFrom) and (node.level == 1 or node.module == PACKAGE or (
+                node.module or "").startswith(PACKAGE + ".")):
+            module = node.module if node.level == 0 else f"{PACKAGE}.{node.module or ''}"
+            module = module.rstrip(".")
+            # `from package import x`: x may be a module; `from package.x import y`: x is one
+            dotted = ([f"{module}.{alias.name}" for alias in node.names] if module == PACKAGE
+                      else [module])
+        else:
+            continue
+        for name in dotted:
+            module = name.split(".")[1]
+            if (PACKAGE_DIR / f"{module}.py").is_file():
+                found.add(module)
     return found
 
 
@@ -32,21 +48,40 @@ def module_closure(*modules: str) -> list[str]:
         module = todo.pop()
         if module not in seen:
             seen.add(module)
-            todo.extend(_imports(module))
+            todo.extend(imported_modules(PACKAGE_DIR / f"{module}.py"))
     return sorted(seen)
 
 
-def code_hash(*modules: str) -> str:
-    """Content hash of the library code behind `modules` (all modules when none are named).
+def parsed_code(path: str | Path) -> str:
+    """The code of a Python file as the interpreter sees it: comments, layout and docstrings do
+    not count, so editing them reruns nothing."""
+    tree = ast.parse(Path(path).read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
-    Workflow rules carry it as a param, so editing a module reruns exactly the stages that
-    import it, directly or not.
+
+def code_hash(*modules: str) -> str:
+    """Hash of the parsed code behind `modules` and every package module they import (all
+    modules when none are named).
+
+    Workflow rules carry the hash of what their script imports as a param, so editing a
+    module's code reruns exactly the jobs whose scripts import it, directly or not.
     """
     names = module_closure(*modules) if modules else sorted(p.stem for p in PACKAGE_DIR.glob("*.py"))
     digest = hashlib.sha256()
     for name in names:
-        digest.update(name.encode() + b"\0" + (PACKAGE_DIR / f"{name}.py").read_bytes())
+        digest.update(name.encode() + b"\0" + parsed_code(PACKAGE_DIR / f"{name}.py").encode())
     return digest.hexdigest()[:16]
+
+
+def script_code_hash(script: str | Path) -> str:
+    """`code_hash` of the package modules a workflow script imports."""
+    return code_hash(*sorted(imported_modules(script)))
 
 
 def resolve_device(name: str) -> torch.device:

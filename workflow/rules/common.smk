@@ -7,7 +7,7 @@ from snakemake.utils import validate
 
 from batched_reasoning.config import Qwen3Config
 from batched_reasoning.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb
-from batched_reasoning.provenance import code_hash
+from batched_reasoning.provenance import script_code_hash
 from batched_reasoning.tables import student_name
 from batched_reasoning.toy_tokenizer import QWEN3_SPECIAL_TOKENS
 
@@ -50,20 +50,11 @@ for _ranks in GRPO["world_sizes"]:
             "rollouts of a step (grpo.problems_per_step x grpo.num_rollouts): ranks would idle"
         )
 
-# Library code behind each stage: editing a module reruns exactly the stages that import it.
+# Library code behind each script: editing a module's code reruns exactly the jobs whose script
+# imports it, directly or not (comments, docstrings and layout do not count).
 CODE = {
-    stage: code_hash(stage)
-    for stage in (
-        "toy",
-        "pretrain",
-        "hub",
-        "data",
-        "evaluate",
-        "self_consistency",
-        "grpo",
-        "distill",
-        "tables",
-    )
+    script.stem: script_code_hash(script)
+    for script in Path(workflow.basedir, "workflow", "scripts").glob("*.py")
 }
 
 

@@ -16,7 +16,7 @@ rule make_arith:
         n_train=lambda w: config["datasets"][w.dataset]["n_train"],
         n_test=lambda w: config["datasets"][w.dataset]["n_test"],
         seed=config["seed"],
-        code=CODE["data"],
+        code=CODE["make_arith"],
     script:
         "../scripts/make_arith.py"
 
@@ -39,7 +39,7 @@ rule download_dataset:
         repo_id=lambda w: config["datasets"][w.dataset]["repo_id"],
         filename=lambda w: config["datasets"][w.dataset]["filename"],
         revision=lambda w: config["datasets"][w.dataset]["revision"],
-        code=CODE["data"] + CODE["hub"],
+        code=CODE["download_dataset"],
     script:
         "../scripts/download_dataset.py"
 
@@ -61,6 +61,6 @@ rule import_local_dataset:
         mem_mb=500,
         runtime="5m",
     params:
-        code=CODE["data"],
+        code=CODE["import_local_dataset"],
     script:
         "../scripts/import_local_dataset.py"

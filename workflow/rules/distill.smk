@@ -14,7 +14,7 @@ rule teacher_traces:
         runtime="30m",
     params:
         teacher=DISTILL["teacher"],
-        code=CODE["distill"],
+        code=CODE["make_teacher_traces"],
     script:
         "../scripts/make_teacher_traces.py"
 
@@ -24,10 +24,8 @@ rule distill:
         model=model_input,
         teacher="resources/teacher/{dataset}.json",
     output:
-        model=protected(
-            directory(
-                "results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/model"
-            )
+        model=directory(
+            "results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/model"
         ),
         log_csv="results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/log.csv",
         metrics="results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/metrics.json",

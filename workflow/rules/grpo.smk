@@ -17,7 +17,7 @@ rule grpo:
             category="GRPO",
             subcategory="Learning curves",
         ),
-        model=protected(directory(f"{GRPO_DIR}/model")),
+        model=directory(f"{GRPO_DIR}/model"),
     log:
         "results/logs/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.log",
     benchmark:

@@ -15,7 +15,7 @@ rule download_model:
     params:
         repo_id=lambda w: config["models"][w.model]["repo_id"],
         revision=lambda w: config["models"][w.model]["revision"],
-        code=CODE["hub"],
+        code=CODE["download_model"],
     script:
         "../scripts/download_model.py"
 
@@ -38,7 +38,7 @@ rule build_toy_model:
     params:
         architecture=config["toy"],
         seed=config["seed"],
-        code=CODE["toy"],
+        code=CODE["build_toy_model"],
     script:
         "../scripts/build_toy_model.py"
 

@@ -29,7 +29,7 @@ rule evaluate_table:
         runtime="10m",
     params:
         skipped=skipped_runs("evaluate"),
-        code=CODE["tables"],
+        code=CODE["evaluate_table"],
     script:
         "../scripts/evaluate_table.py"
 
@@ -65,7 +65,7 @@ rule self_consistency_table:
         runtime="10m",
     params:
         skipped=skipped_runs("self_consistency"),
-        code=CODE["tables"],
+        code=CODE["self_consistency_table"],
     script:
         "../scripts/self_consistency_table.py"
 
@@ -100,7 +100,7 @@ rule grpo_table:
         mem_mb=1000,
         runtime="10m",
     params:
-        code=CODE["tables"],
+        code=CODE["grpo_table"],
     script:
         "../scripts/grpo_table.py"
 
@@ -136,6 +136,6 @@ rule distill_table:
         mem_mb=1000,
         runtime="10m",
     params:
-        code=CODE["tables"],
+        code=CODE["distill_table"],
     script:
         "../scripts/distill_table.py"

@@ -17,6 +17,6 @@ rule tokenize:
         prompt_style=prompt_style_of,
         sort_by_length=EVAL["sort_by_length"],
         limit=EVAL["limit"],
-        code=CODE["evaluate"],
+        code=CODE["tokenize"],
     script:
         "../scripts/tokenize.py"
