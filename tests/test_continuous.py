@@ -7,6 +7,7 @@ import pytest
 import torch
 from conftest import EOS, PAD
 
+from batched_reasoning import kv_cache
 from batched_reasoning.generation import Greedy, generate
 from batched_reasoning.kv_cache import KVCache, SlotCache, row_groups
 from batched_reasoning.padding import length_sorted
@@ -143,6 +144,6 @@ def test_row_groups_keeps_equal_rows_together_and_splits_off_a_long_one():
 def test_continuous_equals_sequential_whether_rows_attend_alone_or_together(
     eos_model, sequential, monkeypatch, call_cost
 ):
-    monkeypatch.setattr(SlotCache, "cpu_call_cost", call_cost)
+    monkeypatch.setattr(kv_cache, "ATTENTION_CALL_COST", call_cost)
     result = run(eos_model, prompts_of(LENGTHS), "continuous", 4)
     assert result.tokens == sequential.tokens

@@ -10,14 +10,24 @@ import torch
 from conftest import random_model, shared_file
 
 import batched_reasoning.distill as distill_module
+from batched_reasoning.arith import make_arith
 from batched_reasoning.checkpoint import load_model, save_model
-from batched_reasoning.data import make_arith
+from batched_reasoning.data import DatasetError
 from batched_reasoning.distill import (
-    Example, answer_text, build_example, collate, distill, epoch_batches, load_teacher_rows,
-    make_teacher_traces, mean_loss, padding_share,
+    Example,
+    answer_text,
+    build_example,
+    collate,
+    distill,
+    epoch_batches,
+    mean_loss,
+    padding_share,
+    train_step,
 )
-from batched_reasoning.tables import distill_table, student_name
+from batched_reasoning.padding import batches
 from batched_reasoning.prompts import TextTokenizer, format_prompt
+from batched_reasoning.tables import distill_table, evaluations, student_name
+from batched_reasoning.teacher import load_teacher_rows, make_teacher_traces
 from batched_reasoning.toy import training_text
 from batched_reasoning.toy_tokenizer import train_toy_tokenizer
 from batched_reasoning.training import masked_nll
@@ -133,8 +143,30 @@ def test_length_sorting_changes_padding_not_the_objective(toy_dir, tokenizer, ex
     assert epoch_loss(bucketed) == pytest.approx(epoch_loss(shuffled), abs=1e-6)
     assert epoch_loss(bucketed) == pytest.approx(mean_loss(model, examples, 4, tokenizer.pad_token_id),
                                                  abs=1e-6)
-    assert epoch_batches(lengths, 4, 1, 0, True) == bucketed  # a function of (seed, epoch)
-    assert epoch_batches(lengths, 4, 1, 1, True) != bucketed
+    assert epoch_batches(lengths, 4, 1, 1, True) != bucketed  # each epoch its own order
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_any_batch_size_makes_the_update_of_the_whole_step(toy_dir, tokenizer, examples, batch_size):
+    """Micro-batches of 1 or 3 of a 4-example step accumulate the gradient of the step's mean
+    per-example loss, as one batch of 4 computes it (float64, so only summation order differs:
+    ~1e-15 relative); dropping the micro-batches' shares of the step breaks it."""
+    def gradients(batch_size, share_scaled=True):
+        model = load_model(toy_dir).double()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # keeps the gradients readable
+        step = examples[:4]
+        if share_scaled:
+            train_step(model, optimizer, step, len(step), batch_size, tokenizer.pad_token_id,
+                       None, "cpu")
+        else:  # the mistake to catch: each micro-batch's mean, unweighted
+            optimizer.zero_grad()
+            for part in batches(step, batch_size):
+                masked_nll(model, *collate(part, tokenizer.pad_token_id)).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    whole = gradients(4)
+    assert (gradients(batch_size) - whole).abs().max() <= 1e-12 * whole.abs().max()
+    assert (gradients(batch_size, share_scaled=False) - whole).abs().max() > 0.1 * whole.abs().max()
 
 
 def test_malformed_teacher_rows_are_counted_not_fatal(tmp_path):
@@ -146,13 +178,18 @@ def test_malformed_teacher_rows_are_counted_not_fatal(tmp_path):
     rows, report = load_teacher_rows(path)
     assert rows == good
     assert report["n_rows"] == 7 and report["n_malformed"] == 4
-    assert report["malformed"][0] == "row 3: missing gtruth_answer, message_thinking, message_content"
+    assert report["malformed"][0] == \
+        "record 3 (line 4): missing gtruth_answer, message_thinking, message_content"
     assert "message_thinking is NoneType" in report["malformed"][1]
+    path.write_text(path.read_text() + '{"problem": "cut off\n')
+    with pytest.raises(DatasetError, match=r"(?s)teacher.jsonl.*line 8: invalid JSON"):
+        load_teacher_rows(path)  # a broken file is not a malformed row: nothing to skip to
 
 
 def run(toy_dir, tmp_path, teacher, name, **overrides):
     out = tmp_path / name
-    settings = dict(prompt_style="base", batch_size=4, device="cpu", dtype="float32", epochs=2,
+    settings = dict(prompt_style="base", batch_size=4, examples_per_step=4, device="cpu",
+                    dtype="float32", epochs=2,
                     lr=5e-4, max_seq_len=overrides.pop("max_seq_len"), validation_size=6,
                     max_examples=None,
                     use_think_tokens=True, sort_by_length=True, grad_clip=1.0, seed=3, log_every=5,
@@ -227,25 +264,37 @@ def test_checkpoint_of_other_settings_is_not_resumed(toy_dir, tmp_path, monkeypa
     assert metrics["resumed_from_step"] == 0
 
 
-def test_table_compares_batch_sizes_world_sizes_and_takes_accuracies(tmp_path):
+def test_table_compares_batch_sizes_world_sizes_and_takes_accuracies_per_device(tmp_path):
     paths = []
-    for batch_size, world_size, speed, seconds in ((1, 1, 100.0, 5.0), (4, 1, 300.0, 5.0),
-                                                   (4, 2, 500.0, 3.0)):
-        path = tmp_path / f"bs{batch_size}-ws{world_size}.json"
+    for device, batch_size, world_size, speed, seconds in (
+        ("cpu", 1, 1, 100.0, 5.0), ("cpu", 4, 1, 300.0, 5.0), ("cpu", 4, 2, 500.0, 3.0),
+        ("cuda", 4, 1, 900.0, 1.0),
+    ):
+        path = tmp_path / f"{device}-bs{batch_size}-ws{world_size}.json"
         path.write_text(json.dumps({
-            "model": "toy", "dataset": "arith", "batch_size": batch_size, "device": "cpu",
+            "model": "toy", "dataset": "arith", "batch_size": batch_size, "device": device,
             "world_size": world_size, "dtype": "float32", "n_train": 10, "steps": 10,
             "train_seconds": seconds, "tokens_per_second": speed,
             "pad_fraction": 0.1, "pad_fraction_unsorted": 0.3, "peak_memory_mb": 200.0,
             "initial_val_loss": 3.0, "final_val_loss": 1.0, "n_too_long": 0, "n_malformed": 0}))
         paths.append(str(path))
-    accuracy = {("toy", "arith"): 0.25, (student_name("toy", 4, "cpu"), "arith"): 0.5}
-    table = distill_table(paths, accuracy)
+    evaluated = []
+    for model, device, accuracy, truncated in (
+        ("toy", "cpu", 0.25, 0), ("toy", "cuda", 0.3, 0),
+        (student_name("toy", 4, "cpu"), "cpu", 0.5, 2),
+    ):
+        path = tmp_path / f"eval-{model}-{device}.json"
+        path.write_text(json.dumps({"model": model, "dataset": "arith", "device": device,
+                                    "accuracy": accuracy, "truncated": truncated}))
+        evaluated.append(path)
+    table = distill_table(paths, evaluations(evaluated))
+    assert table["device"].tolist() == ["cpu"] * 3 + ["cuda"]
     assert table["speedup_vs_bs1"].tolist()[:2] == [1.0, 3.0]
     assert math.isnan(table["speedup_vs_bs1"].iloc[2])  # no one-example run on two ranks
-    assert table["scaling_vs_1_rank"].tolist() == [1.0, 1.0, pytest.approx(5 / 3)]
+    assert table["scaling_vs_1_rank"].tolist()[:3] == [1.0, 1.0, pytest.approx(5 / 3)]
     assert table["student"].tolist() == ["toy-distilled-bs1-cpu", "toy-distilled-bs4-cpu",
-                                         "toy-distilled-bs4-cpu-ws2"]
-    assert table["base_accuracy"].tolist() == [0.25] * 3
-    assert table["student_accuracy"].isna().tolist() == [True, False, True]
+                                         "toy-distilled-bs4-cpu-ws2", "toy-distilled-bs4-cuda"]
+    assert table["base_accuracy"].tolist() == [0.25] * 3 + [0.3]
+    assert table["student_accuracy"].isna().tolist() == [True, False, True, True]
     assert table["accuracy_gain"].iloc[1] == 0.25
+    assert table["student_truncated"].iloc[1] == 2

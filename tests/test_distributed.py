@@ -18,12 +18,13 @@ from conftest import random_model
 from safetensors.torch import load_file
 
 from batched_reasoning import distributed
+from batched_reasoning.arith import make_arith
 from batched_reasoning.checkpoint import load_model, save_model
-from batched_reasoning.data import make_arith
-from batched_reasoning.distill import distill, make_teacher_traces
+from batched_reasoning.distill import distill
 from batched_reasoning.grpo import policy_update
 from batched_reasoning.io import read_json
 from batched_reasoning.prompts import TextTokenizer, format_prompt
+from batched_reasoning.teacher import make_teacher_traces
 from batched_reasoning.toy import training_text
 from batched_reasoning.toy_tokenizer import train_toy_tokenizer
 
@@ -47,7 +48,8 @@ def setup(tmp_path_factory):
 def distill_args(root, name, **overrides):
     """(positional, keyword) arguments of one distillation run into `root/name`."""
     out = root / name
-    settings = dict(prompt_style="base", batch_size=4, device="cpu", dtype="float32", epochs=1,
+    settings = dict(prompt_style="base", batch_size=4, examples_per_step=4, device="cpu",
+                    dtype="float32", epochs=1,
                     lr=1e-3, max_seq_len=512, validation_size=6, max_examples=None,
                     use_think_tokens=True, sort_by_length=True, grad_clip=1.0, seed=3,
                     log_every=1000, checkpoint_every=1000, threads=1) | overrides

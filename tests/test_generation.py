@@ -12,7 +12,6 @@ from batched_reasoning.padding import left_pad, length_sorted
 from batched_reasoning.sampling import TopP
 
 
-
 def varied_prompts(n=8, seed=0):
     rng = random.Random(seed)
     lengths = [1, 117, 5, 64, 2, 33, 90, 12, 7, 50][:n]

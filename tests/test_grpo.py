@@ -16,16 +16,24 @@ from conftest import random_model
 from safetensors.torch import load_file
 
 from batched_reasoning import grpo as grpo_module
+from batched_reasoning.arith import make_arith
 from batched_reasoning.checkpoint import load_model, save_model
-from batched_reasoning.data import make_arith
 from batched_reasoning.grpo import (
-    completion_logprobs, group_advantages, policy_loss, scored_completion, train_grpo,
+    completion_logprobs,
+    group_advantages,
+    policy_loss,
+    scored_completion,
+    train_grpo,
 )
 from batched_reasoning.io import write_jsonl
 from batched_reasoning.prompts import TextTokenizer, format_prompt
 from batched_reasoning.tables import grpo_table, plot_grpo
 from batched_reasoning.toy import training_text
-from batched_reasoning.toy_tokenizer import END_TOKEN, toy_model_config, train_toy_tokenizer
+from batched_reasoning.toy_tokenizer import (
+    END_TOKEN,
+    toy_model_config,
+    train_toy_tokenizer,
+)
 
 TIMING = ["tokens_per_sec", "gen_seconds", "update_seconds", "step_seconds", "peak_mem_mb",
           "eval_seconds"]
@@ -113,8 +121,9 @@ def test_advantages_use_the_sample_std_like_the_book():
 
 
 def test_end_token_is_scored_only_when_the_rollout_stopped():
-    assert scored_completion([4, 5], eos_token_id=2, max_new_tokens=3) == [4, 5, 2]
-    assert scored_completion([4, 5, 6], eos_token_id=2, max_new_tokens=3) == [4, 5, 6]
+    assert scored_completion([4, 5], stop_token=2) == [4, 5, 2]
+    assert scored_completion([4, 5], stop_token=7) == [4, 5, 7]  # a second end token
+    assert scored_completion([4, 5, 6], stop_token=None) == [4, 5, 6]
 
 
 def test_loss_matches_hand_computation(model_and_prompt):

@@ -7,8 +7,8 @@ import torch
 from conftest import random_model
 
 from batched_reasoning.checkpoint import CheckpointError, load_model, save_model
+from batched_reasoning.kernels import Linear
 from batched_reasoning.memory import weights_mb
-from batched_reasoning.model import Linear
 from batched_reasoning.padding import left_pad
 
 transformers = pytest.importorskip("transformers")
@@ -147,6 +147,16 @@ def test_packing_for_inference_keeps_logits_and_size(tmp_path, overrides):
     assert not (tmp_path / "packed").exists()
 
 
-def test_bfloat16_packs_for_one_row():
-    model = random_model(seed=5).to(torch.bfloat16)
+def test_bfloat16_packs_for_one_row_and_computes_what_plain_bfloat16_does():
+    """Packed and plain bfloat16 are both roundings of the float32 result: packing may change
+    which, but must stay as close to float32 as plain bfloat16 is (twice its error at most)."""
+    reference = random_model(seed=5)
+    plain, model = random_model(seed=5).to(torch.bfloat16), random_model(seed=5).to(torch.bfloat16)
     assert model.pack_for_inference(batch_size=1)
+    ids = torch.randint(0, model.cfg.vocab_size, (3, 17))
+    with torch.no_grad():
+        exact = reference(ids)
+        plain_error = (plain(ids).float() - exact).abs().max()
+        packed_error = (model(ids).float() - exact).abs().max()
+    assert 0 < plain_error < 0.1 * exact.abs().max()
+    assert packed_error <= 2 * plain_error

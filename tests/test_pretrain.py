@@ -11,10 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from batched_reasoning.arith import direct_answer, make_arith
 from batched_reasoning.checkpoint import load_model
-from batched_reasoning.data import make_arith
-from batched_reasoning.io import write_jsonl
-from batched_reasoning.pretrain import batch_indices, learning_rate
+from batched_reasoning.io import read_jsonl, write_jsonl
+from batched_reasoning.pretrain import learning_rate, pretraining_examples, shows_work
+from batched_reasoning.prompts import TextTokenizer, render_prompt
 from batched_reasoning.toy import build_toy_model
 
 ARCH = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -31,7 +32,7 @@ def init(tmp_path_factory):
 
 def run_pretrain(root, out, steps, checkpoint_every=10**6):
     """The pretraining stage in its own process, as the workflow runs it."""
-    kwargs = dict(steps=steps, batch_size=8, lr=3e-3, warmup=5, weight_decay=0.01,
+    kwargs = dict(steps=steps, batch_size=8, lr=3e-3, warmup=5, weight_decay=0.01, worked_share=0.4,
                   checkpoint_every=checkpoint_every, seed=0, device="cpu", threads=1, params={})
     code = (
         "from batched_reasoning.pretrain import pretrain; import json, sys; "
@@ -77,10 +78,23 @@ def test_killed_run_resumes_to_identical_weights(init, tmp_path):
     assert len(pd.read_csv(killed / "log.csv")) == steps
 
 
-def test_schedule_and_data_order_depend_only_on_step():
+def test_schedule_warms_up_then_decays_to_a_tenth():
     assert learning_rate(0, 100, 1.0, 10) == pytest.approx(0.1)
+    assert learning_rate(9, 100, 1.0, 10) == pytest.approx(1.0)
     assert learning_rate(10, 100, 1.0, 10) == pytest.approx(1.0)
+    assert learning_rate(55, 100, 1.0, 10) == pytest.approx(0.55)  # cosine at its middle
     assert learning_rate(100, 100, 1.0, 10) == pytest.approx(0.1)
-    epoch = [batch_indices(s, 20, 5, seed=3) for s in range(4)]
-    assert sorted(sum((list(b) for b in epoch), [])) == list(range(20))
-    assert (batch_indices(5, 20, 5, seed=3) == batch_indices(5, 20, 5, seed=3)).all()
+
+
+def test_corpus_answers_after_the_books_prompt_a_share_of_them_worked(init):
+    records = read_jsonl(init / "train.jsonl")
+    tokenizer = TextTokenizer.from_model_dir(init / "init")
+    examples = pretraining_examples(records, tokenizer, worked_share=0.4, seed=0)
+    worked = shows_work(len(records), 0.4, seed=0)
+    assert 0.3 < worked.mean() < 0.5
+    for record, example, shows in zip(records, examples, worked):
+        prompt = tokenizer.encode(render_prompt(record["problem"]))
+        assert example.ids[:example.prompt_len] == prompt  # context, not a target
+        answer = tokenizer.decode(example.ids[example.prompt_len:])
+        assert answer == " " + (record["solution"] if shows else direct_answer(record["answer"]))
+        assert example.ids[-1] == tokenizer.eos_token_id

@@ -4,13 +4,18 @@ import pytest
 import torch
 from conftest import random_model
 
+from batched_reasoning.arith import make_arith
 from batched_reasoning.checkpoint import load_model, save_model
-from batched_reasoning.data import make_arith
 from batched_reasoning.grading import extract_answer, normalize_answer
 from batched_reasoning.io import read_jsonl, write_jsonl
 from batched_reasoning.prompts import TextTokenizer
 from batched_reasoning.self_consistency import (
-    accuracy_at_k, grade_problem, is_decided, majority_vote, make_sampler, sample_answers,
+    accuracy_at_k,
+    grade_problem,
+    is_decided,
+    majority_vote,
+    make_sampler,
+    sample_answers,
     self_consistency,
 )
 from batched_reasoning.tables import plot_self_consistency, self_consistency_table

@@ -14,8 +14,8 @@ from tokenizers import Tokenizer
 from batched_reasoning.toy_tokenizer import (
     QWEN3_ADDED_TOKENS,
     QWEN3_SPECIAL_TOKENS,
-    train_toy_tokenizer,
     toy_model_config,
+    train_toy_tokenizer,
 )
 
 QWEN3_TOKENIZER = Path(__file__).resolve().parents[2] / "shared/data/qwen3-tokenizer.json"

@@ -2,7 +2,12 @@
 
 import os
 
-from batched_reasoning.training import claim_work_dir, files_digest, run_identity, settings_of
+from batched_reasoning.training import (
+    claim_work_dir,
+    files_digest,
+    run_identity,
+    settings_of,
+)
 
 
 def stage(path, *, lr, steps, params, labels):

@@ -43,13 +43,14 @@ from .book_compat import to_book_model
 from .checkpoint import load_model, save_model
 from .config import Qwen3Config, resolve_dtype
 from .data import load_records
+from .devices import device_name, resolve_device
 from .generation import STRATEGIES, Greedy, generate
 from .io import write_json
 from .memory import PeakMemory
 from .model import Qwen3
 from .padding import batches, left_pad
 from .prompts import PROMPT_STYLES, TextTokenizer, format_prompt
-from .provenance import code_hash, device_name, package_versions, resolve_device
+from .provenance import code_hash, package_versions
 from .toy import init_weights
 
 SHAPES = {

@@ -25,12 +25,13 @@ import torch
 from .bench import load_prompts
 from .checkpoint import load_model
 from .config import Qwen3Config
+from .devices import device_name, resolve_device
 from .generation import STRATEGIES, generate
 from .io import write_json
 from .memory import PeakMemory, baseline_mb
 from .memory_model import predict_peak_mb
 from .prompts import PROMPT_STYLES, TextTokenizer
-from .provenance import code_hash, device_name, package_versions, resolve_device
+from .provenance import code_hash, package_versions
 
 
 def measure(checkpoint: str, prompts: list[list[int]], *, strategy: str, dtype: str, device: str,

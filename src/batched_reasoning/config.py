@@ -75,3 +75,14 @@ class Qwen3Config:
             "hidden_act": "silu",
             **dataclasses.asdict(self),
         }
+
+
+# Architectures of published Qwen3 checkpoints (from their config.json), so a hub model's
+# catalogue entry can declare its shape and the workflow plans its jobs before downloading it.
+QWEN3_SHAPES = {
+    "qwen3-0.6b": Qwen3Config(
+        vocab_size=151_936, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, intermediate_size=3072,
+        max_position_embeddings=40_960, tie_word_embeddings=True,
+    ),
+}

@@ -1,4 +1,4 @@
-"""Datasets in MATH-500's record format: loading with actionable errors, and a toy generator.
+"""Datasets in MATH-500's record format, loaded with actionable errors.
 
 A record is a dict with ``problem``, ``solution``, ``answer``, ``subject``, ``level`` and
 ``unique_id``; only ``problem`` and ``answer`` are needed to evaluate a model, the
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from pathlib import Path
 
 from .io import write_jsonl
@@ -26,7 +25,7 @@ class DatasetError(ValueError):
     """A dataset file that cannot be used; the message says where and how to fix it."""
 
 
-def _parse_file(path: Path) -> list[tuple[str, object]]:
+def parse_records_file(path: Path) -> list[tuple[str, object]]:
     """(location, value) pairs of a JSON list or JSONL file, location like ``record 3 (line 4)``."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -98,7 +97,7 @@ def load_records(path: str | os.PathLike) -> list[dict]:
     rather than one failed workflow run per record.
     """
     path = Path(path)
-    items = _parse_file(path)
+    items = parse_records_file(path)
     if not items:
         raise DatasetError(f"{path}: contains no records; expected at least one.")
     problems = []
@@ -109,129 +108,6 @@ def load_records(path: str | os.PathLike) -> list[dict]:
     if problems:
         raise DatasetError(_summary(path, problems) + "\n" + _FIX_HINT)
     return [record for _, record in items]
-
-
-# --- Toy arithmetic word problems ----------------------------------------------------
-# Short templates over a small fixed vocabulary, so a tiny model can learn the language
-# quickly and its accuracy is governed by the arithmetic: difficulty rises with the
-# number of steps (1 -> 4) and the digit count of the operands.
-
-_NAMES = ("Ann", "Ben", "Cal", "Dee", "Eva", "Fin", "Gus", "Ivy")
-_ITEMS = ("apples", "pens", "books", "cups", "eggs", "cards", "shells", "coins")
-_OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
-
-
-def _chain(first: int, *steps: tuple[str, int]) -> tuple[list[str], int]:
-    """Apply (op, operand) steps left to right; each step becomes one ``a+b=c`` line."""
-    lines, value = [], first
-    for op, operand in steps:
-        result = _OPS[op](value, operand)
-        lines.append(f"{value}{op}{operand}={result}")
-        value = result
-    return lines, value
-
-
-def _two_digit(rng: random.Random) -> int:
-    return rng.randint(10, 99)
-
-
-def _arith_problem(rng: random.Random, level: int) -> tuple[str, list[str], int]:
-    """(problem text, worked step lines, answer) for one problem of the given level."""
-    name, items = rng.choice(_NAMES), rng.choice(_ITEMS)
-    question = f"How many {items} does {name} have now?"
-
-    if level == 1:  # single-digit addition
-        a, b = rng.randint(2, 9), rng.randint(1, 9)
-        text = f"{name} has {a} {items} and gets {b} more."
-        lines, answer = _chain(a, ("+", b))
-    elif level == 2:  # two-digit addition or non-negative subtraction
-        a = _two_digit(rng)
-        if rng.random() < 0.5:
-            b = _two_digit(rng)
-            text = f"{name} has {a} {items} and gets {b} more."
-            lines, answer = _chain(a, ("+", b))
-        else:
-            b = rng.randint(10, a)
-            text = f"{name} has {a} {items} and gives away {b}."
-            lines, answer = _chain(a, ("-", b))
-    elif level == 3:  # two steps: a+b-c
-        a, b = _two_digit(rng), _two_digit(rng)
-        c = rng.randint(10, min(99, a + b))
-        text = f"{name} has {a} {items}, gets {b} more, then gives away {c}."
-        lines, answer = _chain(a, ("+", b), ("-", c))
-    elif level == 4:  # one-by-two-digit product, or three steps a+b-c+d
-        if rng.random() < 0.5:
-            a, b = rng.randint(2, 9), _two_digit(rng)
-            text = f"{name} buys {a} boxes of {b} {items}."
-            lines, answer = _chain(a, ("*", b))
-        else:
-            a, b, d = _two_digit(rng), _two_digit(rng), _two_digit(rng)
-            c = rng.randint(10, min(99, a + b))
-            text = f"{name} has {a} {items}, gets {b} more, gives away {c}, then gets {d} more."
-            lines, answer = _chain(a, ("+", b), ("-", c), ("+", d))
-    elif level == 5:  # products mixed with +/-: three or four steps, never negative
-        a, b = rng.randint(2, 9), _two_digit(rng)
-        if rng.random() < 0.5:
-            c = _two_digit(rng)
-            d = rng.randint(10, min(99, a * b + c))
-            text = f"{name} buys {a} boxes of {b} {items}, gets {c} more, then gives away {d}."
-            lines, answer = _chain(a, ("*", b), ("+", c), ("-", d))
-        else:
-            c, d = rng.randint(2, 9), _two_digit(rng)
-            e = rng.randint(10, min(99, a * b + c * d))
-            text = f"{name} buys {a} boxes of {b} {items} and {c} boxes of {d}, then gives away {e}."
-            first, p = _chain(a, ("*", b))
-            second, q = _chain(c, ("*", d))
-            rest, answer = _chain(p, ("+", q), ("-", e))
-            lines = first + second + rest
-    else:
-        raise ValueError(f"level must be 1..5, got {level}")
-    return f"{text} {question}", lines, answer
-
-
-def _arith_split(
-    rng: random.Random, n: int, split_name: str, exclude: set[str], unique: bool
-) -> list[dict]:
-    """``n`` records avoiding the ``exclude`` texts (and each other, if ``unique``)."""
-    records: list[dict] = []
-    seen = set(exclude)
-    for i in range(n):
-        level = i % 5 + 1  # round-robin keeps levels balanced in any prefix
-        for _ in range(10_000):
-            problem, lines, answer = _arith_problem(rng, level)
-            if problem not in seen:
-                break
-        else:
-            raise ValueError(
-                f"cannot draw {n} distinct {split_name} problems at level {level}; lower n_{split_name}"
-            )
-        if unique:
-            seen.add(problem)
-        records.append(
-            {
-                "problem": problem,
-                "solution": "\n".join(lines) + f"\nThe answer is \\boxed{{{answer}}}.",
-                "answer": str(answer),
-                "subject": "Arithmetic",
-                "level": level,
-                "unique_id": f"arith/{split_name}/{i:05d}",
-            }
-        )
-    return records
-
-
-def make_arith(seed: int, n_train: int, n_test: int) -> dict[str, list[dict]]:
-    """Seeded toy arithmetic dataset ``{"train": [...], "test": [...]}`` in five levels.
-
-    Test problems are distinct and never appear verbatim in train (train may repeat
-    itself: level 1 only has a few thousand distinct problems). Each split has its own
-    random stream, so the test set does not change with ``n_train``.
-    """
-    test = _arith_split(random.Random(f"arith-test-{seed}"), n_test, "test", set(), unique=True)
-    train = _arith_split(
-        random.Random(f"arith-train-{seed}"), n_train, "train", {r["problem"] for r in test}, unique=False
-    )
-    return {"train": train, "test": test}
 
 
 def import_records(source: str | os.PathLike, destination: str | os.PathLike) -> list[dict]:

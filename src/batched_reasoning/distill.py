@@ -1,21 +1,18 @@
 """Stage `distill` (the book's chapter 8): fine-tune a student on a teacher's reasoning traces.
 
-The book trains one example at a time. Here examples are left-padded into batches, the loss
-covers answer tokens only and is averaged per example, then over the batch, so every batch size
-optimises the same objective and only the throughput differs. Each epoch's batches follow from
-(seed, epoch) alone, and training state is checkpointed, so a killed job resumes exactly.
-With several ranks (`distributed`) each batch is split among them and DDP averages gradients;
-the batch size stays the global one, so the world size changes the speed, not the training.
+The book trains one example at a time. Here a step's `examples_per_step` examples are
+processed `batch_size` at a time (left-padded, loss on answer tokens only, averaged per
+example), and their gradients accumulate into one update of the step's mean loss. So every
+batch size, like every number of ranks (`distributed`: the step's examples are split among
+them and DDP averages gradients), trains the same student: only the time differs, which is
+what the sweep measures. Each epoch's steps follow from (seed, epoch) alone, and training
+state is checkpointed, so a killed job resumes exactly.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,103 +20,28 @@ import torch
 
 from . import distributed
 from .checkpoint import load_model, save_model
-from .hub import download_dataset_file
-from .io import atomic_path, read_jsonl, save_figure, write_json
+from .io import atomic_path, write_json
 from .memory import PeakMemory
-from .padding import batches, left_pad, length_sorted
+from .padding import batches, length_sorted
+from .plots import moving_average, save_figure, subplots
 from .prompts import TextTokenizer, format_prompt
 from .provenance import run_info
+from .teacher import load_teacher_rows
 from .training import (
-    claim_work_dir, finish_run, masked_nll, resume, run_identity, save_training_state,
-    seed_everything, settings_of,
+    Example,
+    claim_work_dir,
+    collate,
+    epoch_batches,
+    finish_run,
+    masked_nll,
+    resume,
+    run_identity,
+    save_training_state,
+    seed_everything,
+    settings_of,
 )
 
-TEACHER_FIELDS = ("problem", "gtruth_answer", "message_thinking", "message_content")
-LISTED_MALFORMED = 10
-
-
-# --- Teacher data ---------------------------------------------------------------------------
-
-def prepare_teacher(teacher: dict, out_path: str, train_path: str | None = None,
-                    source_path: str | None = None) -> None:
-    """Write the teacher file of config `distill.teacher`: arith worked steps, a hub file, or a
-    local file copied as is (malformed rows are counted when the distill stage reads it)."""
-    if teacher["source"] == "arith-traces":
-        write_json(make_teacher_traces(read_jsonl(train_path)), out_path)
-    elif teacher["source"] == "hub":
-        download_dataset_file(teacher["repo_id"], teacher["filename"], out_path,
-                              teacher["revision"])
-    else:
-        with atomic_path(out_path) as tmp:
-            shutil.copyfile(source_path, tmp)
-
-
-def make_teacher_traces(records: list[dict]) -> list[dict]:
-    """`arith` records as teacher rows: the worked steps think, the boxed answer concludes."""
-    rows = []
-    for record in records:
-        content = f"The answer is \\boxed{{{record['answer']}}}."
-        if not record["solution"].endswith(content):
-            raise ValueError(f"{record.get('unique_id')}: solution does not end with {content!r}")
-        rows.append({
-            "problem": record["problem"],
-            "gtruth_answer": record["answer"],
-            "message_thinking": record["solution"].removesuffix(content).strip(),
-            "message_content": content,
-        })
-    return rows
-
-
-def _row_problem(row) -> str | None:
-    if not isinstance(row, dict):
-        return f"is a {type(row).__name__}, not an object"
-    missing = [f for f in TEACHER_FIELDS if f not in row]
-    if missing:
-        return "missing " + ", ".join(missing)
-    wrong = [f"{f} is {type(row[f]).__name__}" for f in TEACHER_FIELDS if not isinstance(row[f], str)]
-    if wrong:
-        return ", ".join(wrong)
-    if not row["message_content"].strip():
-        return "empty message_content"  # the book refuses these too
-    return None
-
-
-def load_teacher_rows(path) -> tuple[list[dict], dict]:
-    """Usable rows of a teacher file (JSON list or JSONL) and a report of the unusable ones.
-
-    A bad row is skipped, not fatal (public trace dumps have a few), but counted and listed so
-    the metrics show how much teacher data the student never saw.
-    """
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        items = json.loads(text)
-    else:
-        items = [json.loads(line) for line in text.splitlines() if line.strip()]
-    rows, malformed = [], []
-    for index, item in enumerate(items):
-        problem = _row_problem(item)
-        if problem is None:
-            rows.append(item)
-        else:
-            malformed.append(f"row {index}: {problem}")
-    report = {"n_rows": len(items), "n_malformed": len(malformed),
-              "malformed": malformed[:LISTED_MALFORMED]}
-    if malformed:
-        print(f"{path}: skipped {len(malformed)} malformed of {len(items)} rows; first: "
-              + "; ".join(malformed[:LISTED_MALFORMED]), flush=True)
-    return rows, report
-
-
 # --- Examples and batches -------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Example:
-    """Token ids of prompt + answer + end token; the first `prompt_len` are not trained on."""
-
-    ids: list[int]
-    prompt_len: int
-
 
 def answer_text(row: dict, use_think_tokens: bool) -> str:
     """The book's layout: `<think>thinking</think>\\n\\ncontent` (without the tags if asked)."""
@@ -133,34 +55,10 @@ def build_example(row: dict, tokenizer: TextTokenizer, prompt_style: str, use_th
     return Example(prompt + answer + [tokenizer.eos_token_id], len(prompt))
 
 
-def collate(examples: list[Example], pad_token_id: int, device="cpu"):
-    """(input_ids, attention_mask, loss_mask), left-padded; loss_mask marks answer tokens only."""
-    input_ids, attention_mask = left_pad([e.ids for e in examples], pad_token_id, device)
-    width = input_ids.shape[1]
-    answer_start = torch.tensor([width - len(e.ids) + e.prompt_len for e in examples], device=device)
-    loss_mask = torch.arange(width, device=device)[None, :] >= answer_start[:, None]
-    return input_ids, attention_mask, loss_mask
-
-
-def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int,
-                  sort_by_length: bool) -> list[list[int]]:
-    """One epoch's batches, a function of (seed, epoch) alone so a resumed run replays them.
-
-    Sorting puts examples of similar length together (less padding); the batch order is then
-    shuffled, so training does not march from long examples to short ones.
-    """
-    rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(len(lengths)).tolist()
-    if not sort_by_length:
-        return batches(order, batch_size)
-    order = [order[i] for i in length_sorted([lengths[i] for i in order])]
-    groups = batches(order, batch_size)
-    return [groups[i] for i in rng.permutation(len(groups))]
-
-
-def rank_shares(groups: list[list[int]], world_size: int) -> list[list[int]]:
-    """The per-rank pieces the batches are split into (each rank pads only its own)."""
-    return [g[r::world_size] for g in groups for r in range(world_size) if g[r::world_size]]
+def micro_batches(step: list[int], batch_size: int, world_size: int, rank: int) -> list[list[int]]:
+    """What `rank` pads and runs together of a step's examples: its share of the step
+    (`distributed.share`), `batch_size` at a time."""
+    return batches(distributed.share(step, rank, world_size), batch_size)
 
 
 def padding_share(lengths: list[int], groups: list[list[int]]) -> float:
@@ -190,33 +88,44 @@ def split_validation(examples: list[Example], size: int, seed: int) -> tuple[lis
 
 # --- Training -------------------------------------------------------------------------------
 
-def train_step(model, optimizer, examples: list[Example], batch_examples: int, pad_token_id: int,
-               grad_clip: float | None, device) -> tuple[float, int, int]:
-    """One AdamW step on this rank's `examples` of a batch of `batch_examples` over all ranks.
+def train_step(model, optimizer, examples: list[Example], step_examples: int, batch_size: int,
+               pad_token_id: int, grad_clip: float | None, device) -> tuple[float, int, int]:
+    """One AdamW step on this rank's `examples` of a step of `step_examples` over all ranks,
+    run `batch_size` at a time.
 
-    The loss is scaled so that DDP's average over ranks is the batch's mean per-example loss,
-    whatever the split (world size 1: the scale is exactly 1). A rank left without examples
-    by a short last batch still joins the gradient average, with a zero-weighted pass.
+    Each micro-batch's mean loss is scaled by its share of the step (times the world size, which
+    DDP's average undoes), so the gradients add up to those of the step's mean per-example loss
+    whatever the batch size and the split among ranks (world size 1, one batch: the scale is
+    exactly 1). Ranks synchronise once, after their last micro-batch; a rank left without
+    examples by a short last step joins with a zero-weighted pass.
     Returns this rank's (summed example losses, real tokens, padded cells).
     """
-    scale = len(examples) / batch_examples * distributed.world_size()
-    input_ids, attention_mask, loss_mask = collate(examples or [Example([pad_token_id] * 2, 1)],
-                                                   pad_token_id, device)
-    mean = masked_nll(model, input_ids, attention_mask, loss_mask)
     optimizer.zero_grad(set_to_none=True)
-    (mean * scale).backward()
+    parts = batches(examples, batch_size) or [[]]
+    loss_sum, tokens, cells = 0.0, 0, 0
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        scale = len(part) / step_examples * distributed.world_size()
+        input_ids, attention_mask, loss_mask = collate(part or [Example([pad_token_id] * 2, 1)],
+                                                       pad_token_id, device)
+        with distributed.sync_gradients(model, last):
+            mean = masked_nll(model, input_ids, attention_mask, loss_mask)
+            (mean * scale).backward()
+        if part:
+            loss_sum += mean.item() * len(part)
+            tokens += int(attention_mask.sum())
+            cells += attention_mask.numel()
     if grad_clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
-    if not examples:
-        return 0.0, 0, 0
-    return mean.item() * len(examples), int(attention_mask.sum()), attention_mask.numel()
+    return loss_sum, tokens, cells
 
 
 def distill(
     model_dir: str, teacher_path: str, out_dir: str, work_dir: str, log_csv: str,
     metrics_json: str, curve_png: str, *,
-    prompt_style: str, batch_size: int, device: str, dtype: str, epochs: int, lr: float,
+    prompt_style: str, batch_size: int, examples_per_step: int, device: str, dtype: str,
+    epochs: int, lr: float,
     max_seq_len: int, validation_size: int, max_examples: int | None, use_think_tokens: bool,
     sort_by_length: bool, grad_clip: float | None, seed: int, log_every: int,
     checkpoint_every: int, threads: int, params: dict, labels: dict,
@@ -243,7 +152,11 @@ def distill(
     train, validation = split_validation(kept, validation_size, seed)
     train = train[:max_examples]
     lengths = [len(e.ids) for e in train]
-    steps_per_epoch = math.ceil(len(train) / batch_size)
+    world_size = distributed.world_size()
+    if world_size > examples_per_step:
+        raise ValueError(f"world size {world_size} exceeds distill.examples_per_step "
+                         f"({examples_per_step}): ranks would idle")
+    steps_per_epoch = math.ceil(len(train) / examples_per_step)
     total_steps = epochs * steps_per_epoch
 
     def make_optimizer(model):
@@ -271,13 +184,14 @@ def distill(
     for step in range(start, total_steps):
         epoch, offset = divmod(step, steps_per_epoch)
         if epoch not in epoch_groups:
-            epoch_groups = {epoch: epoch_batches(lengths, batch_size, seed, epoch, sort_by_length)}
+            epoch_groups = {epoch: epoch_batches(lengths, examples_per_step, seed, epoch,
+                                                 sort_by_length)}
         group = epoch_groups[epoch][offset]
         with PeakMemory(torch_device) as memory:
             tick = time.perf_counter()
             loss_sum, tokens, cells = train_step(
                 trained, optimizer, [train[i] for i in distributed.shard(group)], len(group),
-                tokenizer.pad_token_id, grad_clip, torch_device)
+                batch_size, tokenizer.pad_token_id, grad_clip, torch_device)
         seconds = time.perf_counter() - tick
         loss_sum, tokens, cells = distributed.all_reduce([loss_sum, tokens, cells])
         seconds, peak_mb = distributed.all_reduce([seconds, memory.peak_mb], op="max")
@@ -298,7 +212,6 @@ def distill(
     if not main:
         return None
 
-    world_size = distributed.world_size()
     save_model(model, out_dir, source=model_dir)
     frame = pd.DataFrame(log)
     with atomic_path(log_csv) as tmp:
@@ -307,11 +220,16 @@ def distill(
                                  f"teacher traces, batch size {batch_size} on {world_size} rank(s)")
     steps = frame[frame["step"] > 0]
     def epochs_padding(sort: bool) -> float:
-        groups = [g for e in range(epochs) for g in epoch_batches(lengths, batch_size, seed, e, sort)]
-        return padding_share(lengths, rank_shares(groups, world_size))
+        """Padding of every micro-batch of every rank over the run."""
+        return padding_share(lengths, [
+            part for epoch in range(epochs)
+            for step in epoch_batches(lengths, examples_per_step, seed, epoch, sort)
+            for rank in range(world_size)
+            for part in micro_batches(step, batch_size, world_size, rank)])
 
     metrics = labels | {
-        "batch_size": batch_size, "world_size": world_size, "dtype": dtype, "epochs": epochs, "steps": total_steps,
+        "batch_size": batch_size, "examples_per_step": examples_per_step,
+        "world_size": world_size, "dtype": dtype, "epochs": epochs, "steps": total_steps,
         "n_teacher_rows": report["n_rows"], "n_malformed": report["n_malformed"],
         "malformed": report["malformed"], "n_too_long": n_too_long,
         "n_train": len(train), "n_validation": len(validation),
@@ -333,22 +251,12 @@ def distill(
 
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_curve(log: pd.DataFrame, png: str, title: str) -> None:
     """One run: training loss per step (and its moving average), validation loss, epoch bounds."""
-    plt = _pyplot()
     steps, val = log[log["step"] > 0], log.dropna(subset=["val_loss"])
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     ax.plot(steps["step"], steps["train_loss"], alpha=0.3, label="train loss")
-    ax.plot(steps["step"], steps["train_loss"].rolling(20, min_periods=1).mean(),
+    ax.plot(steps["step"], moving_average(steps["train_loss"], 20),
             label="train loss, moving average (20)")
     ax.plot(val["step"], val["val_loss"], "o-", label="validation loss")
     for end in steps.groupby("epoch")["step"].max().iloc[:-1]:

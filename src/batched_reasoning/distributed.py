@@ -12,6 +12,7 @@ examples, so a run trains the same model whatever N is and only the time per ste
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import pickle
@@ -25,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .provenance import resolve_device
+from .devices import resolve_device
 
 
 def launch(fn, world_size: int, *args, **kwargs):
@@ -105,9 +106,26 @@ def threads_per_rank(threads: int) -> int:
     return max(1, threads // world_size())
 
 
+def share(items: Sequence, rank: int, world_size: int) -> list:
+    """Rank `rank`'s contiguous block of `items`; the first `len % world_size` ranks get one
+    more. A step's rollouts are ordered by problem, so with as many problems as ranks (or a
+    multiple) each rank gets whole problems, as in the book's multi-GPU script."""
+    size, extra = divmod(len(items), world_size)
+    start = rank * size + min(rank, extra)
+    return list(items[start:start + size + (rank < extra)])
+
+
 def shard(items: Sequence) -> list:
-    """This rank's share of `items`: every world_size-th one, starting at its rank."""
-    return list(items[rank()::world_size()])
+    """This rank's share of `items` (`share`)."""
+    return share(items, rank(), world_size())
+
+
+def sync_gradients(model: torch.nn.Module, sync: bool):
+    """A context in which a backward pass averages gradients over ranks only if `sync`: micro-
+    batches accumulate locally and the last one synchronises."""
+    if sync or not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return contextlib.nullcontext()
+    return model.no_sync()
 
 
 def wrap(model: torch.nn.Module) -> torch.nn.Module:

@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .checkpoint import load_model
+from .devices import resolve_device
 from .generation import generate
 from .grading import extract_answer, is_correct
 from .io import atomic_path, read_json, read_jsonl, write_json, write_jsonl
@@ -16,7 +17,7 @@ from .memory import PeakMemory, baseline_mb
 from .memory_model import predict_peak_mb
 from .padding import batches, left_pad, length_sorted, pad_fraction
 from .prompts import TextTokenizer, format_prompt
-from .provenance import resolve_device, run_info
+from .provenance import run_info
 
 
 def tokenize(
@@ -84,7 +85,7 @@ def evaluate(
         start = time.perf_counter()
         result = generate(
             model, prompts, strategy=strategy, batch_size=batch_size, order=order,
-            max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+            max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
             pad_token_id=tokenizer.pad_token_id, progress=True,
         )
         wall = time.perf_counter() - start
@@ -107,6 +108,8 @@ def evaluate(
         "prefill_seconds": result.prefill_seconds,
         "decode_seconds": result.decode_seconds,
         "generated_tokens": result.generated_tokens,
+        # answers cut off by the budget before any end token: wrong only by accident of budget
+        "truncated": sum(stop is None for stop in result.stop_tokens),
         "tokens_per_second": result.generated_tokens / wall,
         "pad_fraction": read_json(stats_path)["pad_fraction"],
         "peak_memory_mb": memory.peak_mb,
@@ -118,6 +121,7 @@ def evaluate(
         "latency_p50_seconds": float(np.percentile(result.latency, 50)),
         "latency_p95_seconds": float(np.percentile(result.latency, 95)),
         "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
+        "end_token_ids": list(tokenizer.end_token_ids),
     } | run_info(params, torch_device, "evaluate")
     write_json(metrics, out_metrics)
     return metrics

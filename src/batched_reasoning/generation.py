@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
+from .devices import synchronize
 from .kv_cache import KVCache, SlotCache
 from .padding import batches, left_pad
 
@@ -35,6 +36,8 @@ class GenerationResult:
     # Seconds from the start of a prompt's batch (continuous: of its own prefill) until its
     # answer is done.
     latency: list[float]
+    # The end token that ended each answer (None: cut off at max_new_tokens).
+    stop_tokens: list[int | None] = field(default_factory=list)
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     # Prompt indices of each batch (continuous: one rolling batch, in admission order).
@@ -55,9 +58,16 @@ class Greedy:
         return logits.argmax(dim=-1)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+
+def take_token(result: GenerationResult, index: int, token: int, end_tokens: frozenset[int],
+               max_new_tokens: int) -> bool:
+    """Add `token` to prompt `index`'s answer unless it is an end token; whether the answer is
+    now complete."""
+    if token in end_tokens:
+        result.stop_tokens[index] = token
+        return True
+    result.tokens[index].append(token)
+    return len(result.tokens[index]) == max_new_tokens
 
 
 def check_prompts(model, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> None:
@@ -82,19 +92,24 @@ def generate_batch(
     prompts: Sequence[Sequence[int]],
     rows: Sequence[int],
     max_new_tokens: int,
-    eos_token_id: int | None,
+    end_tokens: tuple[int, ...],
     pad_token_id: int,
     sampler,
     drop_finished: bool,
     result: GenerationResult,
 ) -> None:
-    """Generate for one batch; write tokens and latencies of prompt indices `rows` into `result`."""
+    """Generate for one batch; write tokens and latencies of prompt indices `rows` into `result`.
+
+    Finished rows that stay in the batch (`batched`) are fed the first end token as a
+    placeholder; their outputs are never read.
+    """
+    ends = frozenset(end_tokens)
     device = model.device
     start = time.perf_counter()
     input_ids, attention_mask = left_pad([prompts[r] for r in rows], pad_token_id, device)
     cache = KVCache.for_model(model, len(rows), input_ids.shape[1] + max_new_tokens)
     logits = model(input_ids, attention_mask, cache=cache, last_only=True)[:, -1]
-    _sync(device)
+    synchronize(device)
     prefill_end = time.perf_counter()
     result.prefill_seconds += prefill_end - start
 
@@ -108,11 +123,7 @@ def generate_batch(
         now = time.perf_counter()
         for j, token in zip(live, new_tokens):
             b = in_batch[j]
-            if token == eos_token_id:
-                done[b] = True
-            else:
-                outputs[b].append(token)
-                done[b] = len(outputs[b]) == max_new_tokens
+            done[b] = take_token(result, rows[b], token, ends, max_new_tokens)
             if done[b]:
                 result.latency[rows[b]] = now - start
         if all(done):
@@ -122,11 +133,11 @@ def generate_batch(
             if len(keep) < len(in_batch):
                 cache.keep_rows(keep)
                 in_batch = [in_batch[j] for j in keep]
-        next_ids = [eos_token_id if done[b] else outputs[b][-1] for b in in_batch]
+        next_ids = [end_tokens[0] if done[b] else outputs[b][-1] for b in in_batch]
         next_ids = torch.tensor(next_ids, device=device)[:, None]
         step_mask = torch.ones_like(next_ids, dtype=torch.bool)
         logits = model(next_ids, step_mask, cache=cache)[:, -1]
-    _sync(device)
+    synchronize(device)
     result.decode_seconds += time.perf_counter() - prefill_end
 
 
@@ -137,7 +148,7 @@ def generate_continuous(
     order: Sequence[int],
     batch_size: int,
     max_new_tokens: int,
-    eos_token_id: int | None,
+    end_tokens: tuple[int, ...],
     sampler,
     result: GenerationResult,
     bar: tqdm,
@@ -152,6 +163,7 @@ def generate_continuous(
     as in `batched_stop`. A prompt's latency runs from the start of its prefill.
     """
     device = model.device
+    ends = frozenset(end_tokens)
     call_start = time.perf_counter()
     prefill_seconds = 0.0
     waiting = deque(order)
@@ -162,7 +174,7 @@ def generate_continuous(
     admitted = {}  # prompt index -> time its prefill started
     while True:
         if None in slots:  # a waiting prompt for every free slot (surplus slots were dropped)
-            _sync(device)
+            synchronize(device)
             prefill_start = time.perf_counter()
             for row, index in enumerate(slots):
                 if index is None:
@@ -171,7 +183,7 @@ def generate_continuous(
                     prompt_cache = prefill(model, prompts[index][:-1])
                     cache.insert(row, prompt_cache)
                     next_ids[row] = prompts[index][-1]
-            _sync(device)
+            synchronize(device)
             prefill_seconds += time.perf_counter() - prefill_start
 
         step_ids = torch.tensor(next_ids, device=device)[:, None]
@@ -179,13 +191,8 @@ def generate_continuous(
         new_tokens = sampler(logits, slots).tolist()
         now = time.perf_counter()
         for row, (index, token) in enumerate(zip(slots, new_tokens)):
-            if token == eos_token_id:
-                done = True
-            else:
-                result.tokens[index].append(token)
-                next_ids[row] = token
-                done = len(result.tokens[index]) == max_new_tokens
-            if done:
+            next_ids[row] = token
+            if take_token(result, index, token, ends, max_new_tokens):
                 result.latency[index] = now - admitted[index]
                 slots[row] = None
                 bar.update(1)
@@ -199,7 +206,7 @@ def generate_continuous(
             cache.keep_rows(keep)
             slots = [slots[row] for row in keep]
             next_ids = [next_ids[row] for row in keep]
-    _sync(device)
+    synchronize(device)
     result.prefill_seconds += prefill_seconds
     result.decode_seconds += time.perf_counter() - call_start - prefill_seconds
 
@@ -219,7 +226,7 @@ def generate(
     strategy: str,
     batch_size: int,
     max_new_tokens: int,
-    eos_token_id: int | None,
+    eos_token_id: int | Sequence[int] | None,
     pad_token_id: int,
     sampler=None,
     keys: Sequence[Sequence[int]] | None = None,
@@ -228,7 +235,9 @@ def generate(
 ) -> GenerationResult:
     """Generate a continuation for each prompt (token lists in, token lists out, input order).
 
-    `eos_token_id=None` disables stopping (every row runs `max_new_tokens`, as in benchmarks).
+    `eos_token_id` is the end token, or all of them where a checkpoint declares several (an
+    answer ends at whichever comes first); `None` disables stopping (every row runs
+    `max_new_tokens`, as in benchmarks).
     `keys` name each prompt for the sampler's per-row random streams (default: its index);
     `order` is the order prompts are batched (continuous: admitted) in (e.g. sorted by length;
     default: input order).
@@ -245,19 +254,22 @@ def generate(
         raise ValueError(f"generate: batch_size must be >= 1, got {batch_size}")
     if strategy == "sequential":
         batch_size = 1
-    result = GenerationResult(tokens=[[] for _ in prompts], latency=[0.0] * len(prompts))
+    end_tokens = (() if eos_token_id is None
+                  else (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id))
+    result = GenerationResult(tokens=[[] for _ in prompts], latency=[0.0] * len(prompts),
+                              stop_tokens=[None] * len(prompts))
     with tqdm(total=len(prompts), desc=f"{strategy} bs={batch_size}", disable=not progress,
               mininterval=5) as bar:
         if strategy == "continuous":
             generate_continuous(
-                model, prompts, order, batch_size, max_new_tokens, eos_token_id, sampler, result,
+                model, prompts, order, batch_size, max_new_tokens, end_tokens, sampler, result,
                 bar,
             )
             result.batch_rows.append(order)
             return result
         for rows in batches(order, batch_size):
             generate_batch(
-                model, prompts, rows, max_new_tokens, eos_token_id, pad_token_id, sampler,
+                model, prompts, rows, max_new_tokens, end_tokens, pad_token_id, sampler,
                 drop_finished=strategy == "batched_stop", result=result,
             )
             result.batch_rows.append(rows)

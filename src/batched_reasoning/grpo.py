@@ -16,27 +16,31 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import pandas as pd
+import torch
 
 from . import distributed
 from .checkpoint import load_model, save_model
+from .devices import synchronize
 from .generation import generate
 from .grading import extract_answer, is_correct
-from .io import atomic_path, read_jsonl, save_figure, write_json
+from .io import atomic_path, read_jsonl, write_json
 from .memory import PeakMemory
 from .padding import left_pad
+from .plots import moving_average, save_figure, subplots
 from .prompts import TextTokenizer, format_prompt
 from .provenance import run_info
 from .sampling import TopP
 from .training import (
-    claim_work_dir, finish_run, resume, run_identity, save_training_state, seed_everything,
-    settings_of, token_logprobs,
+    claim_work_dir,
+    finish_run,
+    resume,
+    run_identity,
+    save_training_state,
+    seed_everything,
+    settings_of,
+    token_logprobs,
 )
 
 ADVANTAGE_EPS = 1e-4
@@ -68,13 +72,13 @@ def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
     return (rewards - rewards.mean()) / (rewards.std() + ADVANTAGE_EPS)
 
 
-def scored_completion(tokens: list[int], eos_token_id: int, max_new_tokens: int) -> list[int]:
-    """A rollout's tokens as the policy chose them: with the end token if it stopped itself.
+def scored_completion(tokens: list[int], stop_token: int | None) -> list[int]:
+    """A rollout's tokens as the policy chose them: with the end token it stopped on.
 
     `generate` drops the end token; the policy must be credited for choosing it too, or it never
-    learns when to stop. A rollout `max_new_tokens` long was cut off and chose no end token.
+    learns when to stop. A rollout cut off at `max_new_tokens` chose no end token.
     """
-    return tokens + [eos_token_id] if len(tokens) < max_new_tokens else list(tokens)
+    return list(tokens) if stop_token is None else [*tokens, stop_token]
 
 
 def completion_logprobs(model, prompts: list[list[int]], completions: list[list[int]],
@@ -121,15 +125,11 @@ def eval_accuracy(model, tokenizer, prompts, answers, max_new_tokens: int) -> fl
     """Greedy accuracy on held-out problems."""
     result = generate(
         model, prompts, strategy="batched_stop", batch_size=EVAL_BATCH_SIZE,
-        max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+        max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
         pad_token_id=tokenizer.pad_token_id,
     )
     return float(np.mean([reward(tokenizer.decode(t), a) for t, a in zip(result.tokens, answers)]))
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def train_grpo(
@@ -206,7 +206,7 @@ def train_grpo(
             tick = time.perf_counter()
             result = generate(
                 model, [prompts[p] for p, _ in mine], strategy=strategy, batch_size=batch_size,
-                max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
                 pad_token_id=tokenizer.pad_token_id, sampler=sampler,
                 keys=[(step * problems_per_step + p, r) for p, r in mine],
             )
@@ -222,14 +222,14 @@ def train_grpo(
                 loss, grad_norm = 0.0, float("nan")
             else:
                 advantages = torch.stack([group_advantages(group) for group in rewards])
-                completions = [scored_completion(t, tokenizer.eos_token_id, max_new_tokens)
-                               for t in result.tokens]
+                completions = [scored_completion(t, stop)
+                               for t, stop in zip(result.tokens, result.stop_tokens)]
                 loss, grad_norm = policy_update(
                     trained, optimizer, [prompts[p] for p, _ in mine], completions,
                     torch.stack([advantages[p, r] for p, r in mine]),
                     tokenizer.pad_token_id, grad_clip, torch_device, step_rollouts,
                 )
-                _sync(torch_device)
+                synchronize(torch_device)
             update_seconds = time.perf_counter() - update_start
             step_seconds = time.perf_counter() - tick
         (generated,) = distributed.all_reduce([result.generated_tokens])
@@ -293,15 +293,11 @@ def summarize(log: pd.DataFrame) -> dict:
     }
 
 
-def moving_average(values: pd.Series, window: int = 10) -> pd.Series:
-    return values.rolling(window, min_periods=1).mean()
-
-
 def plot_curve(log: pd.DataFrame, png: str, title: str) -> None:
     """One run's learning curve: reward per step with its moving average, and eval accuracy."""
     steps = log[log["step"] > 0]
     evals = log.dropna(subset=["eval_acc"])
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     ax.plot(steps["step"], steps["reward_avg"], ".", alpha=0.4, label="reward (group mean)")
     ax.plot(steps["step"], moving_average(steps["reward_avg"]), label="moving average (10)")
     ax.plot(evals["step"], evals["eval_acc"], "o-", label="eval accuracy (greedy)")

@@ -78,13 +78,3 @@ def log_to(path: str | os.PathLike) -> Iterator[None]:
             for fd, copy in zip((1, 2), saved_fds):
                 os.dup2(copy, fd)
                 os.close(copy)
-
-
-def save_figure(fig, path: str | os.PathLike) -> None:
-    """Write a matplotlib figure as PNG atomically and free it."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)

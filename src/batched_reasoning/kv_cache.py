@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .kernels import ATTENTION_CALL_COST
+
 
 def fused_attention(q, k, v, mask):
     """Fused attention; grouped key/value heads are shared, not copied."""
@@ -45,6 +47,16 @@ def row_groups(ends: list[int], call_cost: int) -> list[tuple[int, int]]:
         runs.append((first_of[stop], stop))
         stop = first_of[stop]
     return runs[::-1]
+
+
+def keep_rows(keys: torch.Tensor, values: torch.Tensor, rows: list[int], filled: int):
+    """Move `rows` (ascending) of the (layer, batch, head, position, dim) buffers to the front,
+    copying only their `filled` positions, and return the buffers cut to them: a row that
+    leaves must not cost a new allocation of the whole capacity."""
+    index = torch.tensor(rows, device=keys.device)
+    for buffer in (keys, values):
+        buffer[:, :len(rows), :, :filled] = buffer[:, index, :, :filled]
+    return keys[:, :len(rows)], values[:, :len(rows)]
 
 
 def _storage(model, batch: int, max_len: int, fill) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,17 +113,9 @@ class KVCache:
         self.length += steps
 
     def keep_rows(self, rows: list[int]) -> None:
-        """Drop every row not in `rows` (ascending): finished sequences leave the compute batch.
-
-        The kept rows move to the front of the same buffers and only their filled positions
-        are copied: a finishing row must not cost a new allocation of the whole capacity.
-        """
-        index = torch.tensor(rows, device=self.keys.device)
-        kept, filled = len(rows), self.length
-        for buffer in (self.keys, self.values):
-            buffer[:, :kept, :, :filled] = buffer[:, index, :, :filled]
-        self.keys, self.values = self.keys[:, :kept], self.values[:, :kept]
-        self.key_mask = self.key_mask[index]
+        """Drop every row not in `rows` (ascending): finished sequences leave the compute batch."""
+        self.keys, self.values = keep_rows(self.keys, self.values, rows, self.length)
+        self.key_mask = self.key_mask[rows]
 
 
 class SlotCache:
@@ -123,15 +127,10 @@ class SlotCache:
     asking the device). The storage starts zeroed: a masked key must still be a finite number,
     since a masked-out NaN value would poison the attention sum.
 
-    Rows of very different lengths attend in separate runs (`row_groups`), so a short row does
-    not read up to the longest row's end. On CPU a call costs about as much as reading 32 key
-    positions more (measured here, Qwen3-0.6B shape, 2 threads: a decode step's attention at 16
-    slots of MATH-500 prompts plus up to 256 answer tokens takes 39 instead of 59 ms in
-    bfloat16, 58 instead of 90 ms in float32). On a GPU one call is far cheaper than the reads
-    it would save, so all rows attend together.
+    Rows of very different lengths attend in separate runs (`row_groups`, priced with
+    `kernels.ATTENTION_CALL_COST`), so a short row does not read up to the longest row's end.
+    On a GPU one call is far cheaper than the reads it would save, so all rows attend together.
     """
-
-    cpu_call_cost = 32
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
         self.keys, self.values = keys, values
@@ -167,7 +166,7 @@ class SlotCache:
         starts = torch.tensor(self.lengths, device=device)[:, None]
         self._positions = starts + torch.arange(time, device=device)
         if device.type == "cpu":
-            runs = row_groups(ends, self.cpu_call_cost)
+            runs = row_groups(ends, ATTENTION_CALL_COST)
         else:
             runs = [(0, len(ends))]
         # A run needs no mask when it adds one token per row and its rows all end together.
@@ -198,11 +197,6 @@ class SlotCache:
         self.lengths = [length + steps for length in self.lengths]
 
     def keep_rows(self, rows: list[int]) -> None:
-        """Drop every slot not in `rows` (ascending; no prompt is left to refill them), moving
-        the kept slots' filled positions to the front of the same buffers."""
-        index = torch.tensor(rows, device=self.keys.device)
-        kept, filled = len(rows), max(self.lengths)
-        for buffer in (self.keys, self.values):
-            buffer[:, :kept, :, :filled] = buffer[:, index, :, :filled]
-        self.keys, self.values = self.keys[:, :kept], self.values[:, :kept]
+        """Drop every slot not in `rows` (ascending; no prompt is left to refill them)."""
+        self.keys, self.values = keep_rows(self.keys, self.values, rows, max(self.lengths))
         self.lengths = [self.lengths[r] for r in rows]

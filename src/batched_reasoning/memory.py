@@ -7,7 +7,7 @@ import threading
 import psutil
 import torch
 
-from .model import Linear
+from .kernels import Linear
 
 
 def process_rss_mb() -> float:

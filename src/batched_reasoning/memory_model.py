@@ -87,8 +87,8 @@ def predict_peak_mb(
     weights (CPU; default `CPU_IMPORTS_MB`)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPE_BYTES)}")
-    if device_type not in ("cpu", "cuda"):
-        raise ValueError(f"unknown device type {device_type!r}; choose cpu or cuda")
+    if device_type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"unknown device type {device_type!r}; choose cpu, cuda or mps")
     c, size = config, DTYPE_BYTES[dtype]
     positions = prompt_len + max_new_tokens
     kv_cache = 2 * c.num_hidden_layers * batch_size * c.num_key_value_heads * positions * c.head_dim
@@ -101,6 +101,30 @@ def predict_peak_mb(
         "activations": _activation_bytes(c, size, batch_size, prompt_len, device_type) / MB,
         "logits": batch_size * c.vocab_size * 4 / MB,
         "runtime": runtime,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def predict_training_mb(
+    config: Qwen3Config, dtype: str, rows: int, sequence_len: int, device_type: str,
+) -> dict[str, float]:
+    """A rough peak (MiB) of one training step on `rows` sequences of `sequence_len` tokens, for
+    scheduler requests (not measured like `predict_peak_mb`).
+
+    weights, gradients and AdamW's two moments are four copies of the parameters; activations
+    are what autograd keeps per token and layer (about 16 hidden-size and 4 intermediate-size
+    vectors) plus the float32 logits and their log-softmax.
+    """
+    c, size = config, DTYPE_BYTES[dtype]
+    tokens = rows * sequence_len
+    per_layer = (16 * c.hidden_size + 4 * c.intermediate_size) * size
+    parts = {
+        "weights": parameter_count(c) * size / MB,
+        "gradients_and_optimizer": 3 * parameter_count(c) * size / MB,
+        "activations": tokens * c.num_hidden_layers * per_layer / MB,
+        "logits": 2 * tokens * c.vocab_size * 4 / MB,
+        "runtime": CPU_WORKFLOW_JOB_MB if device_type == "cpu" else 0.0,
     }
     parts["total"] = sum(parts.values())
     return parts

@@ -11,57 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import kernels
 from .config import Qwen3Config
+from .kernels import Linear
 from .kv_cache import KVCache, SlotCache, fused_attention
 
 
-class Linear(nn.Linear):
-    """`nn.Linear` that computes `x @ W.T` as `(W @ x.T).T` on CPU for 4 to 256 rows.
-
-    Why: the two are the same product, but CPU BLAS (MKL and oneDNN in torch's wheels) runs
-    the second faster for that many rows, which is every decode step of a batch and many
-    prompts' prefill. Measured here (2 threads), a decode step of the Qwen3-0.6B shape at batch
-    8 takes 184 instead of 237 ms in float32 and 86 instead of 102 ms in bfloat16. Below 4 rows
-    (one-row decode) and for large products torch's own choice is as fast or faster, and CUDA
-    needs no help. The result is made contiguous: attention's fused CPU kernel needs it.
-    """
-
-    SMALL_ROWS = range(4, 257)
-    packed: torch.Tensor | None = None
-
-    def pack(self) -> None:
-        """Keep the weight only in oneDNN's blocked layout, for inference (see
-        `Qwen3.pack_for_inference`)."""
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
-        self.weight = None
-
-    @classmethod
-    def packed_side_by_side(cls, layers: list[Linear]) -> Linear:
-        """One packed layer whose output is `layers`' outputs concatenated: one larger product
-        instead of several runs faster on CPU."""
-        has_bias = layers[0].bias is not None
-        out_features = sum(layer.out_features for layer in layers)
-        fused = cls(layers[0].in_features, out_features, bias=has_bias, device="meta")
-        fused.weight = nn.Parameter(torch.cat([layer.weight.detach() for layer in layers]))
-        if has_bias:
-            fused.bias = nn.Parameter(torch.cat([layer.bias.detach() for layer in layers]))
-        fused.pack()
-        return fused
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        rows = x.numel() // x.shape[-1]
-        if x.device.type != "cpu" or rows not in self.SMALL_ROWS:
-            return super().forward(x)
-        out = (self.weight @ x.reshape(rows, -1).T).T.contiguous()
-        if self.bias is not None:
-            out = out + self.bias
-        return out.reshape(*x.shape[:-1], -1)
-
-
 class RMSNorm(nn.Module):
-    """Root-mean-square norm, computed in float32 whatever the weights' dtype."""
+    """Root-mean-square norm, computed in float32 at least (float64 stays float64)."""
 
     def __init__(self, size: int, eps: float):
         super().__init__()
@@ -70,7 +27,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x = x.float()
+        x = x.to(torch.promote_types(dtype, torch.float32))
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
 
@@ -109,7 +66,7 @@ class Attention(nn.Module):
         self.qkv_proj: Linear | None = None  # q, k and v packed side by side for inference
 
     def pack(self) -> None:
-        self.qkv_proj = Linear.packed_side_by_side([self.q_proj, self.k_proj, self.v_proj])
+        self.qkv_proj = kernels.pack_side_by_side([self.q_proj, self.k_proj, self.v_proj])
         del self.q_proj, self.k_proj, self.v_proj
         self.o_proj.pack()
 
@@ -144,7 +101,7 @@ class MLP(nn.Module):
         self.gate_up_proj: Linear | None = None  # packed side by side for inference
 
     def pack(self) -> None:
-        self.gate_up_proj = Linear.packed_side_by_side([self.gate_proj, self.up_proj])
+        self.gate_up_proj = kernels.pack_side_by_side([self.gate_proj, self.up_proj])
         del self.gate_proj, self.up_proj
         self.down_proj.pack()
 
@@ -212,21 +169,15 @@ class Qwen3(nn.Module):
         return any(m.packed is not None for m in self.modules() if isinstance(m, Linear))
 
     def pack_for_inference(self, batch_size: int) -> bool:
-        """On CPU, store the projections' weights in oneDNN's blocked layout if that makes
-        generating `batch_size` rows faster; returns whether the model is packed.
-
-        Why: with the weights laid out once for its kernels, oneDNN's products of a few rows
-        run faster than either orientation of `Linear` with plain weights, and q/k/v and
-        gate/up each become one product. Measured here (2 threads, Qwen3-0.6B shape, the
-        layers' projections in one decode step): float32 89 instead of 117 ms at 8 rows, but
-        73 instead of 63 ms at one row, so float32 packs from 4 rows on; bfloat16 40-43
-        instead of 46-53 ms at 1 to 16 rows, so it always packs. The plain weights are freed,
-        so memory stays the same. A tied output layer keeps the embedding's weight.
+        """Store the projections' weights packed for the CPU's matrix kernels when that makes
+        generating `batch_size` rows faster (`kernels.should_pack`); returns whether the model
+        is packed. q/k/v and gate/up each become one product; the plain weights are freed, so
+        memory stays the same, and a tied output layer keeps the embedding's weight.
         One-way: a packed model can generate but not train or be saved; reload it for that.
         """
         if self.packed:
             return True
-        if self.device.type != "cpu" or (self.dtype == torch.float32 and batch_size < 4):
+        if not kernels.should_pack(self.device, self.dtype, batch_size):
             return False
         for layer in self.model.layers:
             layer.self_attn.pack()

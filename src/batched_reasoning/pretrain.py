@@ -1,8 +1,13 @@
 """Stage `pretrain`: teach the toy Qwen3 arithmetic by causal language modelling.
 
-The offline default is only worth running if its numbers mean something: a model trained on
-the `arith` train split (prompt + worked solution) solves easy problems often and hard ones
-rarely, so accuracies, votes, rewards and losses downstream behave as with a real model.
+The offline default is only worth running if its numbers mean something, so the toy is
+pretrained the way a base model's web text would teach it: after the book's prompt, most
+answers in its corpus are bare (`The answer is \boxed{6}.`) and a minority (`worked_share`)
+show their work, one line per operation. The base model so learns both habits, answers
+directly when decoding greedily (the common habit), and fails long chains it cannot compute in
+one go, while its rarer step-by-step answers solve them: what self-consistency, GRPO and
+distillation each have to gain. The prompt is context, not a target: the loss covers the
+answers, averaged over their tokens.
 """
 
 from __future__ import annotations
@@ -14,16 +19,26 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .arith import direct_answer
 from .checkpoint import load_model, save_model
-from .io import atomic_path, read_jsonl, save_figure, write_json
+from .devices import resolve_device
+from .io import atomic_path, read_jsonl, write_json
 from .memory import PeakMemory
-from .padding import left_pad
-from .prompts import TextTokenizer
-from .provenance import resolve_device, run_info
-from .toy import training_text
+from .plots import moving_average, save_figure, subplots
+from .prompts import TextTokenizer, render_prompt
+from .provenance import run_info
 from .training import (
-    claim_work_dir, finish_run, masked_nll, resume, run_identity, save_training_state,
-    seed_everything, settings_of,
+    Example,
+    claim_work_dir,
+    collate,
+    epoch_batches,
+    finish_run,
+    resume,
+    run_identity,
+    save_training_state,
+    seed_everything,
+    settings_of,
+    token_mean_nll,
 )
 
 
@@ -35,19 +50,28 @@ def learning_rate(step: int, steps: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def batch_indices(step: int, n_examples: int, batch_size: int, seed: int) -> np.ndarray:
-    """Examples of `step`: a seeded shuffle per epoch, derived from the step alone (resumable)."""
-    per_epoch = n_examples // batch_size
-    epoch, offset = divmod(step, per_epoch)
-    order = np.random.default_rng([seed, epoch]).permutation(n_examples)
-    return order[offset * batch_size:(offset + 1) * batch_size]
+def shows_work(n_records: int, worked_share: float, seed: int) -> np.ndarray:
+    """Which records' answers in the corpus show their work: a seeded `worked_share` of them."""
+    return np.random.default_rng([seed, 1]).random(n_records) < worked_share
+
+
+def pretraining_examples(records: list[dict], tokenizer: TextTokenizer, worked_share: float,
+                         seed: int) -> list[Example]:
+    """The book's prompt, then the worked solution or the bare answer, then the end token."""
+    examples = []
+    for record, worked in zip(records, shows_work(len(records), worked_share, seed)):
+        prompt = tokenizer.encode(render_prompt(record["problem"]))
+        answer = record["solution"] if worked else direct_answer(record["answer"])
+        examples.append(Example(prompt + tokenizer.encode(" " + answer) + [tokenizer.eos_token_id],
+                                len(prompt)))
+    return examples
 
 
 def pretrain(
     init_dir: str, train_path: str, out_dir: str, work_dir: str, log_csv: str, plot_png: str,
     metrics_json: str, *, steps: int, batch_size: int, lr: float, warmup: int,
-    weight_decay: float, checkpoint_every: int, seed: int, device: str, threads: int,
-    params: dict,
+    weight_decay: float, worked_share: float, checkpoint_every: int, seed: int, device: str,
+    threads: int, params: dict,
 ) -> None:
     """Train `init_dir`'s model on `train_path` for `steps` steps; write the model, its log,
     loss plot and metrics. A checkpoint in `work_dir` is resumed only if the same run wrote it."""
@@ -56,13 +80,13 @@ def pretrain(
     torch.set_num_threads(threads)
     seed_everything(seed)
     tokenizer = TextTokenizer.from_model_dir(init_dir)
-    examples = [tokenizer.encode(training_text(r)) + [tokenizer.eos_token_id]
-                for r in read_jsonl(train_path)]
+    examples = pretraining_examples(read_jsonl(train_path), tokenizer, worked_share, seed)
     if len(examples) < batch_size:
         raise ValueError(f"{train_path}: {len(examples)} examples < batch_size {batch_size}")
 
     def make_optimizer(model):
-        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
+                                 betas=(0.9, 0.95))
 
     claim_work_dir(work_dir, identity)
     resumed = resume(work_dir, make_optimizer, "float32", torch_device)
@@ -73,15 +97,22 @@ def pretrain(
         model = load_model(init_dir, device=torch_device)
         optimizer, start, rows = make_optimizer(model), 0, []
     model.train()
+    lengths = [len(e.ids) for e in examples]
+    steps_per_epoch = math.ceil(len(examples) / batch_size)
+    epoch_groups = {}
     started = time.perf_counter()
     with PeakMemory(torch_device) as memory:
         for step in range(start, steps):
             tick = time.perf_counter()
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, steps, lr, warmup)
-            chosen = [examples[i] for i in batch_indices(step, len(examples), batch_size, seed)]
-            input_ids, attention_mask = left_pad(chosen, tokenizer.pad_token_id, torch_device)
-            loss = masked_nll(model, input_ids, attention_mask, attention_mask)
+            epoch, offset = divmod(step, steps_per_epoch)
+            if epoch not in epoch_groups:  # sorted by length, so little is padding
+                epoch_groups = {epoch: epoch_batches(lengths, batch_size, seed, epoch, True)}
+            chosen = [examples[i] for i in epoch_groups[epoch][offset]]
+            input_ids, attention_mask, loss_mask = collate(chosen, tokenizer.pad_token_id,
+                                                           torch_device)
+            loss = token_mean_nll(model, input_ids, attention_mask, loss_mask)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -100,7 +131,9 @@ def pretrain(
         log.to_csv(tmp, index=False)
     plot_loss(log, plot_png)
     write_json({
-        "steps": steps, "first_loss": rows[0]["loss"], "final_loss": float(log["loss"].tail(20).mean()),
+        "steps": steps, "n_examples": len(examples),
+        "worked_examples": int(shows_work(len(examples), worked_share, seed).sum()),
+        "first_loss": rows[0]["loss"], "final_loss": float(log["loss"].tail(20).mean()),
         "wall_seconds_this_run": time.perf_counter() - started, "peak_memory_mb": memory.peak_mb,
         "resumed_from_step": start,
     } | run_info(params, torch_device, "pretrain"), metrics_json)
@@ -108,14 +141,9 @@ def pretrain(
 
 
 def plot_loss(log: pd.DataFrame, png: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = subplots(figsize=(6, 4))
     ax.plot(log["step"], log["loss"], alpha=0.4, label="loss")
-    ax.plot(log["step"], log["loss"].rolling(20, min_periods=1).mean(), label="moving average (20)")
+    ax.plot(log["step"], moving_average(log["loss"], 20), label="moving average (20)")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats/token)")
     ax.set_yscale("log")

@@ -41,20 +41,37 @@ def format_prompt(problem: str, style: str, suffix: str = "") -> str:
     return text if style == "base" else chat_wrap(text, thinking=style == "reasoning")
 
 
+def declared_end_tokens(directory: Path) -> list[int]:
+    """The end-of-answer token ids a checkpoint declares: `generation_config.json`'s
+    `eos_token_id`, else `config.json`'s (an id or a list; Qwen3-0.6B lists `<|im_end|>` and
+    `<|endoftext|>`)."""
+    for name in ("generation_config.json", "config.json"):
+        path = directory / name
+        if path.is_file():
+            eos = json.loads(path.read_text()).get("eos_token_id")
+            if eos is not None:
+                return [eos] if isinstance(eos, int) else list(eos)
+    return []
+
+
 @dataclass
 class TextTokenizer:
-    """A `tokenizers.Tokenizer` plus the ids generation needs (pad and end of answer)."""
+    """A `tokenizers.Tokenizer` plus the ids generation needs: padding, and every token that
+    ends an answer (the first is the one training examples end with)."""
 
     tokenizer: Tokenizer
     pad_token_id: int
-    eos_token_id: int
+    end_token_ids: tuple[int, ...]
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.end_token_ids[0]
 
     @classmethod
     def from_model_dir(cls, directory: str | Path, style: str = "base") -> "TextTokenizer":
-        """Read `tokenizer.json`; the end token comes from config.json, else from the style.
-
-        Qwen3 base models end answers with `<|endoftext|>`, chat models with `<|im_end|>`.
-        """
+        """Read `tokenizer.json` and the end tokens the checkpoint declares; without any, the
+        style's: Qwen3 base models end answers with `<|endoftext|>`, chat models with
+        `<|im_end|>`."""
         directory = Path(directory)
         path = directory / "tokenizer.json"
         if not path.is_file():
@@ -63,21 +80,14 @@ class TextTokenizer:
         pad = tokenizer.token_to_id(PAD_TOKEN)
         if pad is None:
             raise ValueError(f"{path}: has no {PAD_TOKEN} token to pad with")
-        eos = None
-        config = directory / "config.json"
-        if config.is_file():
-            eos = json.loads(config.read_text()).get("eos_token_id")
-            if isinstance(eos, list):
-                eos = eos[0]
-        if eos is None:
-            eos = tokenizer.token_to_id(BASE_END_TOKEN if style == "base" else CHAT_END_TOKEN)
-        return cls(tokenizer, pad, eos)
+        ends = declared_end_tokens(directory) or [
+            tokenizer.token_to_id(BASE_END_TOKEN if style == "base" else CHAT_END_TOKEN)]
+        return cls(tokenizer, pad, tuple(ends))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
         """Text of `ids` up to the first end token."""
-        if self.eos_token_id in ids:
-            ids = ids[: ids.index(self.eos_token_id)]
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        end = next((i for i, token in enumerate(ids) if token in self.end_token_ids), len(ids))
+        return self.tokenizer.decode(ids[:end], skip_special_tokens=False)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from .devices import device_name
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 PACKAGES = ("torch", "safetensors", "tokenizers", "huggingface_hub", "math-verify", "snakemake")
 
@@ -82,40 +84,6 @@ def code_hash(*modules: str) -> str:
 def script_code_hash(script: str | Path) -> str:
     """`code_hash` of the package modules a workflow script imports."""
     return code_hash(*sorted(imported_modules(script)))
-
-
-def resolve_device(name: str) -> torch.device:
-    """The torch device for `name`, or a clear error if this machine has none."""
-    if name == "cpu":
-        return torch.device("cpu")
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(
-                "device 'cuda' was requested but this machine has no usable CUDA GPU "
-                f"(torch {torch.__version__}, cuda build: {torch.version.cuda}); "
-                "remove 'cuda' from the config's devices or run on a GPU node"
-            )
-        return torch.device("cuda")
-    if name == "mps":
-        if not torch.backends.mps.is_available():
-            raise RuntimeError("device 'mps' was requested but this machine has no Apple MPS")
-        return torch.device("mps")
-    raise ValueError(f"unknown device {name!r}; choose cpu, cuda or mps")
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    if device.type == "mps":
-        return "Apple MPS"
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return f"{cpu} ({torch.get_num_threads()} threads)"
 
 
 def package_versions() -> dict[str, str]:

@@ -22,12 +22,13 @@ import numpy as np
 import torch
 
 from .checkpoint import load_model
+from .devices import resolve_device
 from .generation import Greedy, generate
 from .grading import extract_answer, is_correct, normalize_answer
 from .io import read_jsonl, write_json, write_jsonl
 from .memory import PeakMemory
 from .prompts import TextTokenizer, format_prompt
-from .provenance import resolve_device, run_info
+from .provenance import run_info
 from .sampling import TopP
 
 
@@ -107,7 +108,7 @@ def sample_answers(
             break
         result = generate(
             model, [prompts[p] for p, _ in pairs], strategy=strategy, batch_size=batch_size,
-            max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+            max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
             pad_token_id=tokenizer.pad_token_id, sampler=sampler, keys=pairs, progress=progress,
         )
         for (p, _), tokens in zip(pairs, result.tokens):
@@ -190,6 +191,7 @@ def self_consistency(
         "tokens_per_second": samples.generated_tokens / wall,
         "peak_memory_mb": memory.peak_mb,
         "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
+        "end_token_ids": list(tokenizer.end_token_ids),
     } | run_info(params, torch_device, "self_consistency")
     write_json(metrics, out_metrics)
     return metrics

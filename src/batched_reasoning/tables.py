@@ -5,32 +5,18 @@ Stage modules never import this one, so editing a table reruns only the table ru
 
 from __future__ import annotations
 
-import matplotlib
+import math
+from pathlib import Path
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-import math  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from .io import atomic_path, read_json, read_jsonl, save_figure  # noqa: E402
+from .io import atomic_path, read_json, read_jsonl
+from .plan import student_name
+from .plots import moving_average, save_figure, subplots
 
 RUN_KEYS = ["model", "dataset", "strategy", "batch_size", "device", "dtype"]
 GRPO_KEYS = RUN_KEYS + ["world_size"]
 DISTILL_KEYS = ["model", "dataset", "batch_size", "device", "world_size", "dtype"]
-
-
-def student_name(model: str, batch_size, device: str, world_size=1) -> str:
-    """The model name under which a distilled student is evaluated (see workflow/rules/common.smk)."""
-    ranks = f"-ws{world_size}" if int(world_size) > 1 else ""
-    return f"{model}-distilled-bs{batch_size}-{device}{ranks}"
-
-
-def moving_average(values: pd.Series, window: int = 10) -> pd.Series:
-    return values.rolling(window, min_periods=1).mean()
 
 
 def load_runs(metrics_paths: list[str]) -> pd.DataFrame:
@@ -114,28 +100,32 @@ def markdown(table: pd.DataFrame) -> str:
         index=False, floatfmt=".4g", missingval="")
 
 
-def write_table(table: pd.DataFrame, tsv: str, md: str, title: str) -> None:
-    with atomic_path(tsv) as tmp:
-        table.to_csv(tmp, sep="\t", index=False, float_format="%.4g")
-    best = table[table.get("best", "") == "best"]
-    lines = [f"# {title}", "", markdown(table), ""]
+def best_lines(table: pd.DataFrame) -> list[str]:
+    """One sentence per row marked `best`."""
+    lines = []
+    for _, row in table[table.get("best", "") == "best"].iterrows():
+        ranks = f", {row['world_size']} ranks" if row.get("world_size", 1) > 1 else ""
+        lines.append(
+            f"- Best on **{row['device']}** for {row['model']} / {row['dataset']}: "
+            f"`{row['strategy']}` at batch size **{row['batch_size']}** ({row['dtype']}{ranks}), "
+            f"{row['tokens_per_s']:.1f} tokens/s.")
     if table.get("note", pd.Series(dtype=str)).astype(str).str.startswith("skipped").any():
         lines.append("- Runs marked *skipped* were predicted not to fit the device's "
                      "`memory_budget_mb` and were not run.")
-    for _, row in best.iterrows():
-        lines.append(
-            f"- Best on **{row['device']}** for {row['model']} / {row['dataset']}: "
-            f"`{row['strategy']}` at batch size **{row['batch_size']}** ({row['dtype']}"
-            + (f", {row['world_size']} ranks" if row.get("world_size", 1) > 1 else "") + "), "
-            f"{row['tokens_per_s']:.1f} tokens/s."
-        )
+    return lines
+
+
+def write_table(table: pd.DataFrame, tsv: str, md: str, title: str, notes: list[str]) -> None:
+    """The table as TSV, and as Markdown under `title` with `notes` below it."""
+    with atomic_path(tsv) as tmp:
+        table.to_csv(tmp, sep="\t", index=False, float_format="%.4g")
     with atomic_path(md) as tmp:
-        tmp.write_text("\n".join(lines) + "\n")
+        tmp.write_text("\n".join([f"# {title}", "", markdown(table), "", *notes]) + "\n")
 
 
 def plot_throughput(table: pd.DataFrame, png: str, title: str) -> None:
     """Tokens/s and peak memory against batch size, one line per device and strategy."""
-    fig, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (speed, memory) = subplots(1, 2, figsize=(11, 4))
     for (model, dataset, device, strategy), group in table.groupby(
         ["model", "dataset", "device", "strategy"]
     ):
@@ -189,7 +179,7 @@ def plot_grpo(metrics_paths: list[str], log_paths: list[str], png: str, title: s
     rollout generation and policy update."""
     runs = [read_json(p) for p in metrics_paths]
     several_setups = len({(run["model"], run["dataset"]) for run in runs}) > 1
-    fig, (reward_ax, eval_ax, time_ax) = plt.subplots(1, 3, figsize=(15, 4))
+    fig, (reward_ax, eval_ax, time_ax) = subplots(1, 3, figsize=(15, 4))
     names, gen, update = [], [], []
     for run, log_path in zip(runs, log_paths):
         log = pd.read_csv(log_path)
@@ -262,7 +252,7 @@ def plot_self_consistency(table: pd.DataFrame, records_paths: list[str], png: st
     Every strategy and batch size draws the same samples, so the left panel shows one run per
     model, dataset and device (labels read from the metrics.json beside each records file).
     """
-    fig, (votes, speed) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (votes, speed) = subplots(1, 2, figsize=(11, 4))
     shown = set()
     for path in sorted(records_paths):
         metrics = read_json(Path(path).with_name("metrics.json"))
@@ -273,7 +263,7 @@ def plot_self_consistency(table: pd.DataFrame, records_paths: list[str], png: st
         k = range(1, metrics["num_samples"] + 1)
         votes.plot(k, metrics["accuracy_at_k"], "o-",
                    label=" / ".join(setup))
-    votes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    votes.xaxis.get_major_locator().set_params(integer=True)
     votes.set_xlabel("samples voted on (k)")
     votes.set_ylabel("vote accuracy")
     votes.set_ylim(-0.02, 1.02)
@@ -292,44 +282,45 @@ def plot_self_consistency(table: pd.DataFrame, records_paths: list[str], png: st
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Self-consistency: accuracy by samples, throughput by batch size")
-    fig.tight_layout()
-    with atomic_path(png) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, png)
 
 
-def accuracies(eval_metrics_paths: list[str]) -> dict[tuple[str, str], float]:
-    """{(model, dataset): accuracy} from evaluation metrics files.
+def evaluations(eval_metrics_paths: list[str]) -> dict[tuple[str, str, str], dict]:
+    """{(model, dataset, device): its evaluation's metrics} from evaluation metrics files.
 
-    Several files for one (model, dataset) must agree (e.g. float32 runs of any strategy);
+    Several files for one key must agree on accuracy (e.g. float32 runs of any strategy);
     disagreeing ones raise rather than have one picked silently.
     """
-    found: dict[tuple[str, str], tuple[float, str]] = {}
+    found: dict[tuple[str, str, str], dict] = {}
     for path in eval_metrics_paths:
-        metrics = read_json(path)
-        key = (metrics["model"], metrics["dataset"])
-        if key in found and found[key][0] != metrics["accuracy"]:
-            raise ValueError(f"{key}: accuracy {found[key][0]} in {found[key][1]} but "
-                             f"{metrics['accuracy']} in {path}; pass one evaluation per model")
-        found[key] = (metrics["accuracy"], path)
-    return {key: accuracy for key, (accuracy, _) in found.items()}
+        metrics = read_json(path) | {"path": str(path)}
+        key = (metrics["model"], metrics["dataset"], metrics["device"])
+        if key in found and found[key]["accuracy"] != metrics["accuracy"]:
+            raise ValueError(f"{key}: accuracy {found[key]['accuracy']} in {found[key]['path']} "
+                             f"but {metrics['accuracy']} in {path}; pass one evaluation per model")
+        found[key] = metrics
+    return found
 
 
 def distill_table(metrics_paths: list[str],
-                  accuracy: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
+                  evaluated: dict[tuple[str, str, str], dict] | None = None) -> pd.DataFrame:
     """One row per distillation run: cost (time, tokens/s, padding, memory) and effect (losses).
 
-    `accuracy` maps (model name, dataset) to evaluation accuracy, for base models and students
-    (named by `student_name`) alike; runs it does not cover get empty accuracy cells.
+    `evaluated` maps (model name, dataset, device) to evaluation metrics (`evaluations`), for
+    base models and students (named by `student_name`) alike; runs it does not cover get empty
+    accuracy cells. `student_truncated` counts the student's answers cut off by the generation
+    budget, which must fit the traces it learned to write.
     """
-    accuracy = accuracy or {}
+    evaluated = evaluated or {}
+    missing = {"accuracy": math.nan, "truncated": math.nan}
     runs = pd.DataFrame([read_json(p) for p in metrics_paths])
     rows = []
     for _, run in runs.iterrows():
         bs1 = matching(runs, run, ["model", "dataset", "device", "world_size"], batch_size=1)
         student = student_name(run["model"], run["batch_size"], run["device"], run["world_size"])
-        base_acc = accuracy.get((run["model"], run["dataset"]), math.nan)
-        student_acc = accuracy.get((student, run["dataset"]), math.nan)
+        base = evaluated.get((run["model"], run["dataset"], run["device"]), missing)
+        learned = evaluated.get((student, run["dataset"], run["device"]), missing)
+        base_acc, student_acc = base["accuracy"], learned["accuracy"]
         rows.append({k: run[k] for k in DISTILL_KEYS} | {
             "student": student,
             "n_train": run["n_train"],
@@ -350,14 +341,14 @@ def distill_table(metrics_paths: list[str],
             "base_accuracy": base_acc,
             "student_accuracy": student_acc,
             "accuracy_gain": student_acc - base_acc,
+            "student_truncated": learned.get("truncated", math.nan),
         })
     return pd.DataFrame(rows).sort_values(DISTILL_KEYS[:5], ignore_index=True)
 
 
-def write_distill_table(table: pd.DataFrame, tsv: str, md: str, title: str) -> None:
-    with atomic_path(tsv) as tmp:
-        table.to_csv(tmp, sep="\t", index=False, float_format="%.4g")
-    lines = [f"# {title}", "", markdown(table), ""]
+def distill_lines(table: pd.DataFrame) -> list[str]:
+    """The fastest run per model, dataset and device, and what it learned."""
+    lines = []
     for (model, dataset, device), group in table.groupby(["model", "dataset", "device"]):
         best = group.loc[group["tokens_per_s"].idxmax()]
         lines.append(f"- Fastest on **{device}** for {model} / {dataset}: batch size "
@@ -365,8 +356,7 @@ def write_distill_table(table: pd.DataFrame, tsv: str, md: str, title: str) -> N
                      f"{best['tokens_per_s']:.0f} tokens/s, final "
                      f"validation loss {best['final_val_loss']:.3f} "
                      f"(from {best['initial_val_loss']:.3f}).")
-    with atomic_path(md) as tmp:
-        tmp.write_text("\n".join(lines) + "\n")
+    return lines
 
 
 def plot_distill(metrics_paths: list[str], log_paths: list[str], png: str) -> None:
@@ -374,7 +364,7 @@ def plot_distill(metrics_paths: list[str], log_paths: list[str], png: str) -> No
     batch size: with the objective equal across sizes, the curves should nearly coincide."""
     runs = [(read_json(m), pd.read_csv(log)) for m, log in zip(metrics_paths, log_paths)]
     panels = sorted({(m["model"], m["dataset"], m["device"]) for m, _ in runs})
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    fig, axes = subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         for metrics, log in sorted((r for r in runs if (r[0]["model"], r[0]["dataset"],
                                                         r[0]["device"]) == panel),
@@ -391,3 +381,28 @@ def plot_distill(metrics_paths: list[str], log_paths: list[str], png: str) -> No
         ax.legend(fontsize=8)
     fig.suptitle("Distillation on teacher reasoning traces")
     save_figure(fig, png)
+
+
+def make_table(stage: str, inputs: dict, outputs: dict, skipped: list[dict] = ()) -> pd.DataFrame:
+    """A stage's comparison table (TSV and Markdown) and plot from its runs' files."""
+    if stage == "evaluate":
+        table = evaluate_table(inputs["metrics"], inputs["records"], skipped)
+        plot_throughput(table, outputs["plot"], "Generation throughput and memory")
+        title, notes = "Batched MATH evaluation", best_lines(table)
+    elif stage == "self_consistency":
+        table = self_consistency_table(inputs["metrics"], inputs["records"], skipped)
+        plot_self_consistency(table, inputs["records"], outputs["plot"])
+        title, notes = "Self-consistency (majority vote)", best_lines(table)
+    elif stage == "grpo":
+        table = grpo_table(inputs["metrics"])
+        plot_grpo(inputs["metrics"], inputs["logs"], outputs["plot"],
+                  "GRPO: learning curves and time per step")
+        title, notes = "GRPO with batched rollouts", best_lines(table)
+    elif stage == "distill":
+        table = distill_table(inputs["metrics"], evaluations(inputs["evaluations"]))
+        plot_distill(inputs["metrics"], inputs["logs"], outputs["plot"])
+        title, notes = "Distillation on teacher reasoning traces", distill_lines(table)
+    else:
+        raise ValueError(f"no table for stage {stage!r}")
+    write_table(table, outputs["tsv"], outputs["md"], title, notes)
+    return table

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
 # Qwen3's added tokens in id order (151643..151668 in the real model), with their `special` flag
 # copied from Qwen3's tokenizer.json: tool-call and think tags are added tokens but NOT special,

@@ -1,7 +1,8 @@
 """Shared pieces of the training stages (pretrain, GRPO, distillation).
 
+- examples (prompt + answer, trained on the answer) and their left-padded batches;
 - the token-level loss over chosen positions, averaged per example then over the batch, so batch
-  size 1 and batch size N optimise the same objective;
+  size 1 and batch size N optimise the same objective (or over all tokens, for pretraining);
 - resumable training state: weights in the library's HF format plus optimizer, step counter and
   every random state, so a killed job continues exactly where its last checkpoint left off;
 - one training-run identity for all three stages: a work folder's checkpoint is resumed only by
@@ -16,6 +17,7 @@ import inspect
 import json
 import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +26,44 @@ import torch.nn.functional as F
 
 from .checkpoint import load_model, save_model
 from .io import atomic_path, read_json, write_json
+from .padding import batches, left_pad, length_sorted
 from .provenance import code_hash
 
 STATE_FILE = "trainer_state.pt"
 IDENTITY_FILE = "run.json"
+
+
+@dataclass(frozen=True)
+class Example:
+    """Token ids of prompt + answer + end token; the first `prompt_len` are not trained on."""
+
+    ids: list[int]
+    prompt_len: int
+
+
+def collate(examples: list[Example], pad_token_id: int, device="cpu"):
+    """(input_ids, attention_mask, loss_mask), left-padded; loss_mask marks answer tokens only."""
+    input_ids, attention_mask = left_pad([e.ids for e in examples], pad_token_id, device)
+    width = input_ids.shape[1]
+    answer_start = torch.tensor([width - len(e.ids) + e.prompt_len for e in examples], device=device)
+    loss_mask = torch.arange(width, device=device)[None, :] >= answer_start[:, None]
+    return input_ids, attention_mask, loss_mask
+
+
+def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int,
+                  sort_by_length: bool) -> list[list[int]]:
+    """One epoch's batches, a function of (seed, epoch) alone so a resumed run replays them.
+
+    Sorting puts examples of similar length together (less padding); the batch order is then
+    shuffled, so training does not march from long examples to short ones.
+    """
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(lengths)).tolist()
+    if not sort_by_length:
+        return batches(order, batch_size)
+    order = [order[i] for i in length_sorted([lengths[i] for i in order])]
+    groups = batches(order, batch_size)
+    return [groups[i] for i in rng.permutation(len(groups))]
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -46,6 +82,14 @@ def masked_nll(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
     targets = loss_mask[:, 1:].float()
     nll = -token_logprobs(model, input_ids, attention_mask) * targets
     return (nll.sum(-1) / targets.sum(-1).clamp(min=1)).mean()
+
+
+def token_mean_nll(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
+    """Mean negative log-likelihood over every target token of the batch, as language-model
+    pretraining averages: a long worked answer weighs by its length, not as one example."""
+    targets = loss_mask[:, 1:].float()
+    nll = -token_logprobs(model, input_ids, attention_mask) * targets
+    return nll.sum() / targets.sum().clamp(min=1)
 
 
 def seed_everything(seed: int) -> None:

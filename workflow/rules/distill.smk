@@ -2,7 +2,7 @@ rule teacher_traces:
     input:
         unpack(teacher_input),
     output:
-        "resources/teacher/{dataset}.json",
+        teacher="resources/teacher/{dataset}.json",
     log:
         "results/logs/teacher_traces/{dataset}.log",
     benchmark:
@@ -39,15 +39,16 @@ rule distill:
         "results/logs/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.log",
     benchmark:
         "results/benchmarks/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.tsv"
-    threads: training_threads
+    threads: training_resource("distill", "cpus_per_task")
     resources:
-        mem_mb=distill_mem_mb,
+        mem_mb=training_resource("distill", "mem_mb"),
         runtime="12h",
-        gpu=training_gpus,
-        cpus_per_task=training_threads,
+        gpu=training_resource("distill", "gpu"),
+        cpus_per_task=training_resource("distill", "cpus_per_task"),
     params:
         dtype=dtype_of,
         prompt_style=prompt_style_of,
+        examples_per_step=DISTILL["examples_per_step"],
         epochs=DISTILL["epochs"],
         lr=DISTILL["lr"],
         max_seq_len=DISTILL["max_seq_len"],

@@ -13,9 +13,9 @@ rule evaluate:
         "results/benchmarks/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
     threads: config["threads"]
     resources:
-        mem_mb=generation_mem_mb("evaluate"),
+        mem_mb=generation_resource("evaluate", "mem_mb"),
         runtime="2h",
-        gpu=gpus,
+        gpu=generation_resource("evaluate", "gpu"),
     params:
         dtype=dtype_of,
         max_new_tokens=EVAL["max_new_tokens"],

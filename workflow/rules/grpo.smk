@@ -22,12 +22,12 @@ rule grpo:
         "results/logs/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.log",
     benchmark:
         "results/benchmarks/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.tsv"
-    threads: training_threads
+    threads: training_resource("grpo", "cpus_per_task")
     resources:
-        mem_mb=grpo_mem_mb,
+        mem_mb=training_resource("grpo", "mem_mb"),
         runtime="8h",
-        gpu=training_gpus,
-        cpus_per_task=training_threads,
+        gpu=training_resource("grpo", "gpu"),
+        cpus_per_task=training_resource("grpo", "cpus_per_task"),
     params:
         # Resume state: not a declared output, so a killed job's checkpoints survive Snakemake's
         # cleanup of failed outputs and the rerun continues from the latest one.

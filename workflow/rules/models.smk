@@ -1,6 +1,6 @@
 rule download_model:
     output:
-        directory("resources/models/{model}"),
+        model=directory("resources/models/{model}"),
     log:
         "results/logs/download_model/{model}.log",
     benchmark:
@@ -15,6 +15,7 @@ rule download_model:
     params:
         repo_id=lambda w: config["models"][w.model]["repo_id"],
         revision=lambda w: config["models"][w.model]["revision"],
+        shape=lambda w: config["models"][w.model]["shape"],
         code=CODE["download_model"],
     script:
         "../scripts/download_model.py"
@@ -24,7 +25,7 @@ rule build_toy_model:
     input:
         train="resources/data/arith/train.jsonl",
     output:
-        directory("results/pretrain/{model}/init"),
+        init=directory("results/pretrain/{model}/init"),
     log:
         "results/logs/build_toy_model/{model}.log",
     benchmark:
@@ -74,6 +75,7 @@ rule pretrain:
         lr=config["pretrain"]["lr"],
         warmup=config["pretrain"]["warmup"],
         weight_decay=config["pretrain"]["weight_decay"],
+        worked_share=config["pretrain"]["worked_share"],
         checkpoint_every=config["pretrain"]["checkpoint_every"],
         device=config["pretrain"]["device"],
         seed=config["seed"],

@@ -1,6 +1,3 @@
-SC = config["self_consistency"]
-
-
 rule self_consistency:
     input:
         model=model_input,
@@ -14,9 +11,9 @@ rule self_consistency:
         "results/benchmarks/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
     threads: config["threads"]
     resources:
-        mem_mb=generation_mem_mb("self_consistency"),
+        mem_mb=generation_resource("self_consistency", "mem_mb"),
         runtime="4h",
-        gpu=gpus,
+        gpu=generation_resource("self_consistency", "gpu"),
     params:
         dtype=dtype_of,
         prompt_style=prompt_style_of,

@@ -12,6 +12,7 @@ with log_to(snakemake.log[0]):
         str(Path(snakemake.output.metrics).parent / "checkpoints"),  # not an output: survives a failed job
         snakemake.output.log_csv, snakemake.output.metrics, snakemake.output.curve,
         prompt_style=p.prompt_style, batch_size=int(snakemake.wildcards.batch_size),
+        examples_per_step=p.examples_per_step,
         device=snakemake.wildcards.device, dtype=p.dtype, epochs=p.epochs, lr=p.lr,
         max_seq_len=p.max_seq_len, validation_size=p.validation_size,
         max_examples=p.max_examples,

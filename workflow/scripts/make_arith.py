@@ -1,4 +1,4 @@
-from batched_reasoning.data import make_arith
+from batched_reasoning.arith import make_arith
 from batched_reasoning.io import log_to, write_jsonl
 
 with log_to(snakemake.log[0]):

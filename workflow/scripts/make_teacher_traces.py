@@ -1,8 +1,8 @@
-from batched_reasoning.distill import prepare_teacher
 from batched_reasoning.io import log_to
+from batched_reasoning.teacher import prepare_teacher
 
 with log_to(snakemake.log[0]):
     prepare_teacher(
-        snakemake.params.teacher, snakemake.output[0],
+        snakemake.params.teacher, snakemake.output.teacher,
         train_path=snakemake.input.get("train"), source_path=snakemake.input.get("source"),
     )

@@ -1,0 +1,92 @@
+"""Which kernel computes a product on which device: the CPU tuning, kept out of the model.
+
+The model (`model.py`) is written as the book's `qwen3.py`: projections are `Linear` layers.
+What this module adds only changes speed, never results beyond float rounding:
+
+- `Linear` computes `x @ W.T` as `(W @ x.T).T` on CPU for a few rows, the shape of every batched
+  decode step, which torch's CPU BLAS (MKL for float32, oneDNN for bfloat16) runs faster;
+- `Linear.pack` keeps a weight only in oneDNN's blocked layout for inference, and
+  `pack_side_by_side` fuses q/k/v or gate/up into one packed product;
+- `ATTENTION_CALL_COST` prices one attention call on CPU for `kv_cache.row_groups`.
+
+The thresholds are named settings measured on this project's machine: an Intel Xeon
+(Sapphire Rapids) KVM guest with 2 vCPUs, torch 2.13 CPU build, 2 threads, Qwen3-0.6B's shape.
+Another CPU may prefer other values; they change speed, not what is computed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch import nn
+
+# Rows of a product for which `(W @ x.T).T` beats `x @ W.T` here: a decode step at batch 8 took
+# 184 instead of 237 ms in float32 and 86 instead of 102 ms in bfloat16; one row and very many
+# rows are as fast or faster the usual way.
+SMALL_ROW_PRODUCTS = range(4, 257)
+# float32 weights are packed from this batch size on: packed products of the layers' projections
+# took 89 instead of 117 ms at 8 rows, but 73 instead of 63 ms at one row. bfloat16 always packs
+# (40-43 instead of 46-53 ms at 1 to 16 rows).
+PACK_FLOAT32_FROM_BATCH = 4
+# One attention call on CPU costs about as much as reading this many more key positions (a decode
+# step's attention at 16 slots took 39 instead of 59 ms in bfloat16 with rows split by length).
+ATTENTION_CALL_COST = 32
+
+
+def can_pack() -> bool:
+    """Whether this torch build has oneDNN's (private) weight-packing ops."""
+    mkldnn = getattr(torch.ops, "mkldnn", None)
+    try:
+        return (torch.backends.mkldnn.is_available()
+                and hasattr(mkldnn, "_reorder_linear_weight") and hasattr(mkldnn, "_linear_pointwise"))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def should_pack(device: torch.device, dtype: torch.dtype, batch_size: int) -> bool:
+    """Whether packing makes generating `batch_size` rows faster (CPU only), and is possible."""
+    if device.type != "cpu" or (dtype == torch.float32 and batch_size < PACK_FLOAT32_FROM_BATCH):
+        return False
+    if not can_pack():
+        print("kernels: this torch build cannot pack weights for oneDNN; using plain weights",
+              file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+class Linear(nn.Linear):
+    """`nn.Linear` that picks the faster orientation of its product on CPU, and that can keep its
+    weight packed for oneDNN (inference only)."""
+
+    packed: torch.Tensor | None = None
+
+    def pack(self) -> None:
+        """Keep the weight only in oneDNN's blocked layout (the plain copy is freed)."""
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+        self.weight = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        rows = x.numel() // x.shape[-1]
+        if x.device.type != "cpu" or rows not in SMALL_ROW_PRODUCTS:
+            return super().forward(x)
+        # contiguous: attention's fused CPU kernel needs it
+        out = (self.weight @ x.reshape(rows, -1).T).T.contiguous()
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], -1)
+
+
+def pack_side_by_side(layers: list[Linear]) -> Linear:
+    """One packed layer whose output is `layers`' outputs concatenated: one larger product
+    runs faster on CPU than several."""
+    has_bias = layers[0].bias is not None
+    out_features = sum(layer.out_features for layer in layers)
+    fused = Linear(layers[0].in_features, out_features, bias=has_bias, device="meta")
+    fused.weight = nn.Parameter(torch.cat([layer.weight.detach() for layer in layers]))
+    if has_bias:
+        fused.bias = nn.Parameter(torch.cat([layer.bias.detach() for layer in layers]))
+    fused.pack()
+    return fused

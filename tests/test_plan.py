@@ -1,0 +1,138 @@
+"""The plan of a run, from the config alone: runs, skips, scheduler requests, students, shapes."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from batched_reasoning.config import QWEN3_SHAPES, Qwen3Config
+from batched_reasoning.plan import (
+    GenerationRun,
+    Plan,
+    PlanError,
+    TrainingRun,
+    check_shape,
+    student_name,
+)
+from batched_reasoning.toy_tokenizer import QWEN3_SPECIAL_TOKENS
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULTS = yaml.safe_load((REPO / "config.yaml").read_text())
+
+
+def plan_of(**changes) -> Plan:
+    config = copy.deepcopy(DEFAULTS)
+    for dotted, value in changes.items():
+        *parents, key = dotted.split("__")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        node[key] = value
+    return Plan(config)
+
+
+def test_sequential_runs_once_and_every_other_strategy_at_every_batch_size():
+    plan = plan_of(evaluate__batch_sizes=[1, 4, 16])
+    runs = plan.requested("evaluate")
+    assert GenerationRun("toy", "arith", "sequential", 1, "cpu") in runs
+    assert len(runs) == 1 + 3 * 3
+    assert runs[0].path("evaluate", "metrics.json") == \
+        "results/evaluate/toy/arith/sequential/bs1/cpu/metrics.json"
+
+
+def test_memory_budget_skips_the_runs_predicted_not_to_fit_and_says_why():
+    unlimited = plan_of()
+    predicted = {b: unlimited.predicted_generation_mb("evaluate", "toy", b, "cpu")["total"]
+                 for b in (1, 4, 16)}
+    assert predicted[1] < predicted[4] < predicted[16]
+    budget = (predicted[4] + predicted[16]) / 2
+    plan = plan_of(memory_budget_mb__cpu=budget)
+    skipped = plan.skipped("evaluate")
+    assert {(row["strategy"], row["batch_size"]) for row in skipped} == {
+        ("batched", 16), ("batched_stop", 16), ("continuous", 16)}
+    assert all(f"> budget {budget:g} MB" in row["note"] for row in skipped)
+    assert len(plan.generation_runs("evaluate")) == len(plan.requested("evaluate")) - 3
+    assert unlimited.skipped("evaluate") == []
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"evaluate__models": ["gpt-5"]}, "evaluate.models names 'gpt-5'"),
+    ({"grpo__world_sizes": [1, 64]}, "grpo.world_sizes has 64"),
+    ({"distill__world_sizes": [16]}, "distill.world_sizes has 16"),
+])
+def test_config_errors_name_their_key(changes, named):
+    with pytest.raises(PlanError, match=named):
+        plan_of(**changes)
+
+
+def test_a_hub_model_must_declare_its_shape():
+    config = copy.deepcopy(DEFAULTS)
+    del config["models"]["qwen3-0.6b-base"]["shape"]
+    with pytest.raises(PlanError, match="models.qwen3-0.6b-base .*needs `shape`"):
+        Plan(config)
+
+
+def test_shapes_are_known_before_anything_is_built_or_downloaded(tmp_path):
+    plan = plan_of()
+    toy = plan.architecture("toy")
+    assert toy.vocab_size == DEFAULTS["toy"]["vocab_size"] + len(QWEN3_SPECIAL_TOKENS)
+    assert plan.architecture("qwen3-0.6b-base") == QWEN3_SHAPES["qwen3-0.6b"]
+    assert plan.architecture(student_name("toy", 8, "cpu")) == toy  # a student keeps its shape
+    local = tmp_path / "mine"
+    local.mkdir()
+    (local / "config.json").write_text(json.dumps(
+        {"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 64}))
+    plan = plan_of(models__mine={"source": "local", "path": str(local), "prompt_style": "base"})
+    assert plan.architecture("mine").head_dim == 8
+
+
+def test_students_are_named_after_their_run_and_found_where_it_wrote_them():
+    plan = plan_of()
+    assert student_name("toy", 8, "cpu") == "toy-distilled-bs8-cpu"
+    assert student_name("toy", 8, "cuda", 2) == "toy-distilled-bs8-cuda-ws2"
+    assert plan.base_model("toy-distilled-bs8-cuda-ws2") == "toy"
+    assert plan.model_dir("toy-distilled-bs8-cuda-ws2", "arith") == \
+        "results/distill/toy/arith/bs8/cuda/ws2/model"
+    assert plan.model_dir("toy", "arith") == "resources/models/toy"
+    assert plan.prompt_style("qwen3-0.6b-reasoning") == "reasoning"
+    evaluations = plan.student_evaluations()
+    names = {run.model for run in evaluations}
+    assert names == {"toy"} | {student_name("toy", b, "cpu") for b in DEFAULTS["distill"]["batch_sizes"]}
+    assert {run.batch_size for run in evaluations} == {DEFAULTS["distill"]["eval_batch_size"]}
+
+
+def test_generation_jobs_ask_host_memory_and_gpus_by_device():
+    plan = plan_of()
+    cpu = [plan.generation_resources("evaluate", "qwen3-0.6b-base", b, "cpu") for b in (1, 32)]
+    cuda = [plan.generation_resources("evaluate", "qwen3-0.6b-base", b, "cuda") for b in (1, 32)]
+    assert cpu[0]["mem_mb"] < cpu[1]["mem_mb"] and cpu[0]["gpu"] == 0
+    # on a GPU the batch's KV cache and activations live in GPU memory, not in the host's
+    assert cuda[0]["mem_mb"] == cuda[1]["mem_mb"] < cpu[0]["mem_mb"] and cuda[0]["gpu"] == 1
+    weights_mb = 2 * (151_936 * 1024 + 28 * (1024 * 128 * 48 + 3 * 1024 * 3072)) / 2**20
+    assert cuda[0]["mem_mb"] > 1.5 * weights_mb  # the host still loads the weights once
+    retry = plan.generation_resources("evaluate", "qwen3-0.6b-base", 1, "cpu", attempt=2)
+    assert retry["mem_mb"] == pytest.approx(2 * cpu[0]["mem_mb"], abs=1)
+
+
+def test_training_jobs_ask_per_rank_memory_cpus_and_gpus():
+    plan = plan_of(threads=3)
+    one = plan.training_resources("distill", TrainingRun("toy", "arith", 8, "cpu", 1))
+    two = plan.training_resources("distill", TrainingRun("toy", "arith", 8, "cpu", 2))
+    assert one["cpus_per_task"] == 3 and two["cpus_per_task"] == 6
+    assert one["gpu"] == two["gpu"] == 0
+    assert two["mem_mb"] > one["mem_mb"]
+    cuda = plan.training_resources("grpo", TrainingRun("toy", "arith", 8, "cuda", 2, "batched_stop"))
+    assert cuda["gpu"] == 2
+
+
+def test_a_download_that_does_not_match_its_declared_shape_is_refused(tmp_path):
+    shape = QWEN3_SHAPES["qwen3-0.6b"]
+    (tmp_path / "config.json").write_text(json.dumps(shape.to_dict()))
+    check_shape(tmp_path, "qwen3-0.6b", "models.base.shape")
+    other = Qwen3Config(**{**shape.__dict__, "num_hidden_layers": 36})
+    (tmp_path / "config.json").write_text(json.dumps(other.to_dict()))
+    with pytest.raises(PlanError, match=r"models.base.shape: num_hidden_layers 36 \(declared 28\)"):
+        check_shape(tmp_path, "qwen3-0.6b", "models.base.shape")

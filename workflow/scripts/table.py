@@ -1,0 +1,10 @@
+from batched_reasoning.io import log_to
+from batched_reasoning.tables import make_table
+
+with log_to(snakemake.log[0]):
+    make_table(
+        snakemake.params.stage,
+        dict(snakemake.input.items()),
+        dict(snakemake.output.items()),
+        snakemake.params.skipped,
+    )
