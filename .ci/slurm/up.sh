@@ -10,13 +10,13 @@
 #
 # Env knobs: BR_SLURM_STATE (state/log dir, default /tmp/br-slurm),
 #            BR_SLURM_DB_PORT (private MariaDB port, default 3307),
-#            BR_SLURM_USERS (users added to account "test", default "root"),
+#            BR_SLURM_USERS (users added to account "test" besides root),
 #            BR_SLURM_SPOOL (slurmd spool, default /var/lib/br-slurm/slurmd).
 set -euo pipefail
 
 STATE=${BR_SLURM_STATE:-/tmp/br-slurm}
 DB_PORT=${BR_SLURM_DB_PORT:-3307}
-USERS=${BR_SLURM_USERS:-root}
+USERS=${BR_SLURM_USERS:-}
 # slurmd executes job scripts from its spool dir, so keep it off /tmp (which
 # may be mounted noexec on CI machines).
 SPOOL=${BR_SLURM_SPOOL:-/var/lib/br-slurm/slurmd}
@@ -261,11 +261,12 @@ wait_for 60 "slurmdbd (sacctmgr answering)" sacctmgr -n list cluster
 # without --account, and the plugin's account guess via sacctmgr finds one).
 sacctmgr -i add cluster "$CLUSTER" >/dev/null 2>&1 || true
 sacctmgr -i add account "$ACCOUNT" Cluster="$CLUSTER" Description=ci Organization=ci >/dev/null 2>&1 || true
-for u in $USERS; do
+# root always: the warm-up job below is submitted as root.
+for u in root $USERS; do
     sacctmgr -i add user "$u" Account="$ACCOUNT" DefaultAccount="$ACCOUNT" Cluster="$CLUSTER" >/dev/null 2>&1 || true
+    sacctmgr -n -P list assoc format=cluster,account,user | grep -q "^$CLUSTER|$ACCOUNT|$u\$" \
+        || { echo "[slurm-up] association $CLUSTER/$ACCOUNT/$u missing" >&2; exit 1; }
 done
-sacctmgr -n -P list assoc format=cluster,account,user | grep -q "^$CLUSTER|$ACCOUNT|root" \
-    || { echo "[slurm-up] association $CLUSTER/$ACCOUNT/root missing" >&2; exit 1; }
 
 start slurmctld root slurmctld -D
 wait_for 60 "slurmctld" scontrol ping
