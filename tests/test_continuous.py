@@ -147,3 +147,20 @@ def test_continuous_equals_sequential_whether_rows_attend_alone_or_together(
     monkeypatch.setattr(kv_cache, "ATTENTION_CALL_COST", call_cost)
     result = run(eos_model, prompts_of(LENGTHS), "continuous", 4)
     assert result.tokens == sequential.tokens
+
+
+@pytest.mark.parametrize("time, masked", [(1, False), (1, True), (7, True)])
+def test_folded_grouped_attention_is_grouped_attention(time, masked):
+    """The GPU path (query heads of a group folded into the query length) computes what
+    `enable_gqa` does; float64, so only the order of sums differs."""
+    torch.manual_seed(0)
+    q = torch.randn(3, time, 8, 16, dtype=torch.float64).transpose(1, 2)  # as the model has it
+    k, v = (torch.randn(3, 2, 11, 16, dtype=torch.float64) for _ in range(2))
+    mask = None
+    if masked:
+        mask = torch.rand(3, 1, time, 11) > 0.3
+        mask[..., 0] = True  # every query sees some key
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                                enable_gqa=True)
+    torch.testing.assert_close(kv_cache.folded_attention(q, k, v, mask), expected,
+                               atol=1e-12, rtol=1e-12)

@@ -7,9 +7,11 @@ import pytest
 import torch
 from conftest import EOS, PAD
 
+from batched_reasoning import model as model_module
 from batched_reasoning.generation import STRATEGIES, generate
 from batched_reasoning.padding import left_pad, length_sorted
 from batched_reasoning.sampling import TopP
+from batched_reasoning.tables import compare_answer
 
 
 def varied_prompts(n=8, seed=0):
@@ -105,3 +107,95 @@ def test_bad_inputs(eos_model, prompts, kwargs, message):
     strategy = kwargs.pop("strategy")
     with pytest.raises(ValueError, match=message):
         run(eos_model, prompts, strategy, 2, **kwargs)
+
+
+SECOND_EOS = 5
+
+
+class EndsAt:
+    """Greedy, but row r picks end token `ends[r][0]` exactly at its step `ends[r][1]`."""
+
+    def __init__(self, ends: dict[int, tuple[int, int]]):
+        self.ends = ends
+
+    def start(self, keys, device):
+        self.steps = [0] * len(keys)
+
+    def __call__(self, logits, rows):
+        logits = logits.clone()
+        logits[:, [EOS, SECOND_EOS]] = -torch.inf  # never by chance
+        for j, r in enumerate(rows):
+            token, step = self.ends.get(r, (None, None))
+            if step == self.steps[r]:
+                logits[j, token] = torch.inf
+            self.steps[r] += 1
+        return logits.argmax(-1)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_either_declared_end_token_ends_a_row_in_every_strategy(eos_model, strategy):
+    prompts = varied_prompts(6)
+    ends = {0: (EOS, 3), 1: (SECOND_EOS, 5), 2: (SECOND_EOS, 0), 4: (EOS, 9)}
+    result = run(eos_model, prompts, strategy, 3, eos_token_id=(EOS, SECOND_EOS),
+                 sampler=EndsAt(ends), max_new_tokens=12)
+    assert [len(t) for t in result.tokens] == [3, 5, 0, 12, 9, 12]
+    assert result.stop_tokens == [EOS, SECOND_EOS, SECOND_EOS, None, EOS, None]
+    assert not any(t in (EOS, SECOND_EOS) for answer in result.tokens for t in answer)
+
+
+def test_greedy_records_each_picks_margin_over_the_runner_up(eos_model):
+    prompts = varied_prompts(3)
+    result = run(eos_model, prompts, "batched_stop", 3)
+    for prompt, answer, stop, margins in zip(prompts, result.tokens, result.stop_tokens,
+                                              result.margins):
+        assert len(margins) == len(answer) + (stop is not None)
+        with torch.no_grad():
+            logits = eos_model(torch.tensor([prompt + answer]))[0, len(prompt) - 1:]
+        top = logits.topk(2, dim=-1).values
+        expected = (top[:, 0] - top[:, 1])[:len(margins)]
+        torch.testing.assert_close(torch.tensor(margins), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_a_difference_at_an_exact_tie_is_a_near_tie_and_a_broken_mask_a_mismatch(
+        eos_model, monkeypatch):
+    model = copy.deepcopy(eos_model)
+    tied, other = 40, 41
+    with torch.no_grad():  # two tokens with the same output row tie wherever they lead
+        model.lm_head.weight[tied] *= 3  # and lead often
+        model.lm_head.weight[other] = model.lm_head.weight[tied]
+    prompts = varied_prompts()
+    sequential = run(model, prompts, "sequential", 1)
+    row, step = next((r, answer.index(tied)) for r, answer in enumerate(sequential.tokens)
+                     if tied in answer)
+    assert sequential.margins[row][step] == 0.0  # an exact tie, broken by argmax's first index
+    flipped = sequential.tokens[row][:step] + [other]  # what rounding could have picked instead
+    args = (sequential.tokens[row], sequential.margins[row], "float32")
+    assert compare_answer(flipped, *args) == "near-tie"
+    assert compare_answer(sequential.tokens[row], *args) == "same"
+
+    def no_padding_mask(key_mask, query_pos):  # the bug: padded keys are attended
+        return real_mask(torch.ones_like(key_mask), query_pos)
+
+    real_mask = model_module.attention_mask_4d
+    monkeypatch.setattr(model_module, "attention_mask_4d", no_padding_mask)
+    broken = run(eos_model, prompts, "batched", 8)
+    expected = run(eos_model, prompts, "sequential", 1)  # one row: nothing padded to attend
+    verdicts = [compare_answer(b, s, m, "float32")
+                for b, s, m in zip(broken.tokens, expected.tokens, expected.margins)]
+    assert "MISMATCH" in verdicts and "near-tie" not in verdicts
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_attention_never_takes_the_math_kernel(eos_model, dtype):
+    """Only the flash and memory-efficient kernels are allowed: were grouped heads and a mask
+    to need the math kernel (which copies keys and values per query head), SDPA would raise."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model = copy.deepcopy(eos_model).to("cuda", dtype)
+    prompts = varied_prompts()
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+        for strategy in STRATEGIES:  # padded and unpadded prefill, masked and unmasked decode
+            run(model, prompts, strategy, 3)
+        input_ids, attention_mask = left_pad(prompts[:4], PAD, "cuda")
+        model(input_ids, attention_mask).float().sum().backward()  # a training pass

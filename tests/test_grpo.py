@@ -178,9 +178,15 @@ def test_run_is_deterministic_and_learns_something(setup, straight):
 
 
 def test_rollouts_do_not_depend_on_strategy_or_batch_size(setup, straight):
+    """The same rollout tokens, step by step (their digests), so the same training."""
     run(setup, "sequential", strategy="sequential", batch_size=1)
-    pd.testing.assert_series_equal(pd.read_csv(setup / "sequential/log.csv")["reward_avg"],
-                                   pd.read_csv(setup / "straight/log.csv")["reward_avg"])
+    run(setup, "continuous", strategy="continuous", batch_size=3)
+    logs = [pd.read_csv(setup / name / "log.csv").iloc[1:]
+            for name in ("straight", "sequential", "continuous")]
+    assert logs[0]["rollouts_digest"].nunique() == CONFIG["steps"]  # each step its own rollouts
+    for log in logs[1:]:
+        assert log["rollouts_digest"].tolist() == logs[0]["rollouts_digest"].tolist()
+    assert_same_weights(setup / "sequential/model", setup / "straight/model")
 
 
 def test_killed_run_resumes_to_the_same_result(setup, straight):
@@ -241,7 +247,9 @@ def test_table_and_plot(setup, straight, tmp_path):
     metrics = [setup / n / "metrics.json" for n in names]
     table = grpo_table(metrics)
     assert table["strategy"].tolist() == ["batched", "sequential"]
-    assert table.loc[1, "speedup_vs_sequential"] == 1.0
+    batched, sequential = (json.loads(path.read_text()) for path in metrics)
+    assert table.loc[0, "speedup_vs_sequential"] == pytest.approx(
+        sequential["train_seconds"] / batched["train_seconds"])
     assert table["eval_acc_before"].between(0, 1).all()
     assert (table["gen_s_per_step"] > 0).all()
     plot_grpo(metrics, [setup / n / "log.csv" for n in names], tmp_path / "grpo.png", "GRPO")

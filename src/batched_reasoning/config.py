@@ -9,7 +9,9 @@ from pathlib import Path
 
 import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# float64 is for verification (equivalence tests compare in it); runs use the other three.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "float64": torch.float64}
 
 
 def resolve_dtype(name: str) -> torch.dtype:

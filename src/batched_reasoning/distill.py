@@ -69,11 +69,14 @@ def padding_share(lengths: list[int], groups: list[list[int]]) -> float:
 
 @torch.no_grad()
 def mean_loss(model, examples: list[Example], batch_size: int, pad_token_id: int) -> float:
-    """Mean per-example answer loss; batched by length, which does not change the value."""
+    """Mean per-example answer loss; batched by length, which does not change the value. With
+    several ranks each scores its share (no rank waits on another's long evaluation)."""
     total = 0.0
-    for group in batches(length_sorted([len(e.ids) for e in examples]), batch_size):
+    order = length_sorted([len(e.ids) for e in examples])
+    for group in batches(distributed.shard(order), batch_size):
         batch = collate([examples[i] for i in group], pad_token_id, model.device)
         total += masked_nll(model, *batch).item() * len(group)
+    (total,) = distributed.all_reduce([total])
     return total / len(examples)
 
 
@@ -176,7 +179,7 @@ def distill(
         model = load_model(model_dir, dtype=dtype, device=torch_device)
         optimizer, start = make_optimizer(model), 0
         log = [{"epoch": 0, "step": 0, "train_loss": math.nan,
-                "val_loss": validate(model) if main else math.nan}]
+                "val_loss": validate(model)}]
     model.train()
     trained = distributed.wrap(model)
     started = time.perf_counter()
@@ -199,9 +202,9 @@ def distill(
                "val_loss": math.nan, "tokens_per_sec": tokens / seconds,
                "pad_fraction": 1 - tokens / cells, "peak_mem_mb": peak_mb, "tokens": int(tokens),
                "examples": len(group), "step_seconds": seconds}
-        if main and ((step + 1) % log_every == 0 or step + 1 == total_steps):
+        if (step + 1) % log_every == 0 or step + 1 == total_steps:
             row["val_loss"] = validate(model)
-            model.train()
+        if main and not math.isnan(row["val_loss"]):
             print(f"epoch {epoch + 1}/{epochs} step {step + 1}/{total_steps} "
                   f"train_loss {row['train_loss']:.4f} val_loss {row['val_loss']:.4f} "
                   f"{row['tokens_per_sec']:.0f} tokens/s", flush=True)

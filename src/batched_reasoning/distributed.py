@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import datetime
 import os
 import pickle
 import signal
@@ -27,6 +28,11 @@ import torch
 import torch.distributed as dist
 
 from .devices import resolve_device
+
+# How long a rank waits in a collective for the others. Evaluation is shared among the ranks, so
+# what only rank 0 does (writing checkpoints and outputs) is short; an hour leaves room for a
+# slow shared file system without letting a hung job hold its nodes for long.
+COLLECTIVE_TIMEOUT = datetime.timedelta(hours=1)
 
 
 def launch(fn, world_size: int, *args, **kwargs):
@@ -71,7 +77,8 @@ def _rank_main(call: str, result: str) -> None:
     """One rank, as torchrun starts it: join the group, run the call, rank 0 keeps the result."""
     _die_with_parent()
     fn, args, kwargs = pickle.loads(Path(call).read_bytes())
-    dist.init_process_group("nccl" if kwargs.get("device") == "cuda" else "gloo")
+    dist.init_process_group("nccl" if kwargs.get("device") == "cuda" else "gloo",
+                            timeout=COLLECTIVE_TIMEOUT)
     try:
         value = fn(*args, **kwargs)
         if is_main():

@@ -96,6 +96,7 @@ def evaluate(
         outputs.append({
             "index": index, "problem": record["problem"], "gtruth_answer": record["answer"],
             "level": record.get("level"), "generated_text": text, "generated_ids": tokens,
+            "margins": result.margins[index],
             "extracted": extracted, "correct": is_correct(extracted, record["answer"]),
             "latency_seconds": result.latency[index],
         })
@@ -111,11 +112,15 @@ def evaluate(
         # answers cut off by the budget before any end token: wrong only by accident of budget
         "truncated": sum(stop is None for stop in result.stop_tokens),
         "tokens_per_second": result.generated_tokens / wall,
-        "pad_fraction": read_json(stats_path)["pad_fraction"],
+        # only the batched strategies pad: sequential runs one prompt, continuous each at its length
+        "pad_fraction": (read_json(stats_path)["pad_fraction"]
+                         if strategy in ("batched", "batched_stop") else 0.0),
         "peak_memory_mb": memory.peak_mb,
+        "memory_measure": memory.measure,
+        "kv_cache_mb": result.kv_cache_mb,
         "predicted_peak_memory_mb": predict_peak_mb(
             model.cfg, dtype, 1 if strategy == "sequential" else batch_size,
-            max(len(p) for p in prompts), max_new_tokens, torch_device.type, baseline,
+            max(len(p) for p in prompts), max_new_tokens, device, baseline,
         )["total"],
         "baseline_memory_mb": baseline,
         "latency_p50_seconds": float(np.percentile(result.latency, 50)),

@@ -38,6 +38,10 @@ class GenerationResult:
     latency: list[float]
     # The end token that ended each answer (None: cut off at max_new_tokens).
     stop_tokens: list[int | None] = field(default_factory=list)
+    # Greedy only: each pick's top-two logit margin, the end token's pick included.
+    margins: list[list[float]] = field(default_factory=list)
+    # The most key/value storage held at once (MiB): what batching costs in cache memory.
+    kv_cache_mb: float = 0.0
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     # Prompt indices of each batch (continuous: one rolling batch, in admission order).
@@ -49,20 +53,41 @@ class GenerationResult:
 
 
 class Greedy:
-    """Pick the most likely token; the sampler interface with no randomness to seed."""
+    """Pick the most likely token; the sampler interface with no randomness to seed.
+
+    It also keeps each pick's margin, the top logit minus the runner-up: where two runs of the
+    same model disagree, a tiny margin there means rounding broke a near-tie, a large one a bug.
+    """
+
+    margins: torch.Tensor | None = None
 
     def start(self, keys: Sequence[Sequence[int]], device) -> None:
         pass
 
     def __call__(self, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        top_two = logits.topk(2, dim=-1).values.float()
+        self.margins = top_two[:, 0] - top_two[:, 1]
         return logits.argmax(dim=-1)
 
 
+def pick(sampler, logits: torch.Tensor, rows: list[int]) -> list[tuple[int, float | None]]:
+    """The sampler's token for each row, and greedy's margin, moved to the host in one copy."""
+    tokens = sampler(logits, rows)
+    margins = getattr(sampler, "margins", None)
+    if margins is None:
+        return [(token, None) for token in tokens.tolist()]
+    pairs = torch.stack((tokens.to(torch.float64), margins.to(torch.float64)), dim=1).tolist()
+    return [(int(token), margin) for token, margin in pairs]
 
-def take_token(result: GenerationResult, index: int, token: int, end_tokens: frozenset[int],
-               max_new_tokens: int) -> bool:
-    """Add `token` to prompt `index`'s answer unless it is an end token; whether the answer is
-    now complete."""
+
+
+def take_token(result: GenerationResult, index: int, picked: tuple[int, float | None],
+               end_tokens: frozenset[int], max_new_tokens: int) -> bool:
+    """Add a picked token to prompt `index`'s answer unless it is an end token; whether the
+    answer is now complete."""
+    token, margin = picked
+    if margin is not None:
+        result.margins[index].append(margin)
     if token in end_tokens:
         result.stop_tokens[index] = token
         return True
@@ -108,6 +133,7 @@ def generate_batch(
     start = time.perf_counter()
     input_ids, attention_mask = left_pad([prompts[r] for r in rows], pad_token_id, device)
     cache = KVCache.for_model(model, len(rows), input_ids.shape[1] + max_new_tokens)
+    result.kv_cache_mb = max(result.kv_cache_mb, cache.megabytes)
     logits = model(input_ids, attention_mask, cache=cache, last_only=True)[:, -1]
     synchronize(device)
     prefill_end = time.perf_counter()
@@ -119,9 +145,9 @@ def generate_batch(
     while True:
         live = [j for j, b in enumerate(in_batch) if not done[b]]
         live_logits = logits if len(live) == len(in_batch) else logits[live]
-        new_tokens = sampler(live_logits, [rows[in_batch[j]] for j in live]).tolist()
+        picked = pick(sampler, live_logits, [rows[in_batch[j]] for j in live])
         now = time.perf_counter()
-        for j, token in zip(live, new_tokens):
+        for j, token in zip(live, picked):
             b = in_batch[j]
             done[b] = take_token(result, rows[b], token, ends, max_new_tokens)
             if done[b]:
@@ -181,6 +207,8 @@ def generate_continuous(
                     slots[row] = index = waiting.popleft()
                     admitted[index] = time.perf_counter()
                     prompt_cache = prefill(model, prompts[index][:-1])
+                    result.kv_cache_mb = max(result.kv_cache_mb,
+                                             cache.megabytes + prompt_cache.megabytes)
                     cache.insert(row, prompt_cache)
                     next_ids[row] = prompts[index][-1]
             synchronize(device)
@@ -188,10 +216,10 @@ def generate_continuous(
 
         step_ids = torch.tensor(next_ids, device=device)[:, None]
         logits = model(step_ids, torch.ones_like(step_ids, dtype=torch.bool), cache=cache)[:, -1]
-        new_tokens = sampler(logits, slots).tolist()
+        picked = pick(sampler, logits, slots)
         now = time.perf_counter()
-        for row, (index, token) in enumerate(zip(slots, new_tokens)):
-            next_ids[row] = token
+        for row, (index, token) in enumerate(zip(slots, picked)):
+            next_ids[row] = token[0]
             if take_token(result, index, token, ends, max_new_tokens):
                 result.latency[index] = now - admitted[index]
                 slots[row] = None
@@ -257,7 +285,7 @@ def generate(
     end_tokens = (() if eos_token_id is None
                   else (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id))
     result = GenerationResult(tokens=[[] for _ in prompts], latency=[0.0] * len(prompts),
-                              stop_tokens=[None] * len(prompts))
+                              stop_tokens=[None] * len(prompts), margins=[[] for _ in prompts])
     with tqdm(total=len(prompts), desc=f"{strategy} bs={batch_size}", disable=not progress,
               mininterval=5) as bar:
         if strategy == "continuous":

@@ -10,9 +10,11 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from typing import TYPE_CHECKING
 
-import sympy
-from math_verify import parse, verify
+if TYPE_CHECKING:
+    import sympy
+
 
 # math-verify bounds each parse/compare with signal.alarm, which raises outside the
 # main thread; there we run without its timeout rather than fail every answer.
@@ -90,14 +92,23 @@ def extract_answer(text: str) -> str | None:
     return numbers[-1].replace(",", "") if numbers else None
 
 
+# Plain integers need no parser: they are compared and normalised directly, so a job whose
+# answers are all integers (the toy's) never imports math-verify and sympy (~0.7 s).
+_INTEGER = re.compile(r"-?\d+")
+
+
 @functools.lru_cache(maxsize=65536)
 def _parse(answer: str) -> tuple:
     """math-verify parse of a bare answer; boxing it makes bare LaTeX (``\\frac12``) parse."""
+    from math_verify import parse
+
     return tuple(parse(f"$\\boxed{{{answer}}}$", parsing_timeout=_timeout()))
 
 
 def _canonical(expr: sympy.Basic) -> sympy.Basic:
     """Exact, printable representative: floats become rationals, ``x = 5`` becomes 5."""
+    import sympy
+
     if isinstance(expr, sympy.Eq) and isinstance(expr.lhs, sympy.Symbol):
         expr = expr.rhs
     floats = expr.atoms(sympy.Float)
@@ -116,6 +127,10 @@ def normalize_answer(answer: str | None) -> str | None:
     if answer is None:
         return None
     answer = _strip(answer)
+    if _INTEGER.fullmatch(answer):
+        return str(int(answer))
+    import sympy
+
     try:
         parsed = _parse(answer)
         if parsed and isinstance(parsed[0], (sympy.Basic, sympy.MatrixBase)):
@@ -133,6 +148,11 @@ def is_correct(extracted: str | None, truth: str) -> bool:
     """
     if extracted is None:
         return False
+    gold_text, pred_text = _strip(str(truth)), _strip(extracted)
+    if _INTEGER.fullmatch(gold_text) and _INTEGER.fullmatch(pred_text):
+        return int(gold_text) == int(pred_text)
+    from math_verify import verify
+
     try:
         gold = _parse(_strip(str(truth)))
         pred = _parse(_strip(extracted))

@@ -13,10 +13,11 @@ the step's rollouts; rewards are gathered for the group advantages and DDP avera
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -49,8 +50,8 @@ ADVANTAGE_EPS = 1e-4
 EVAL_BATCH_SIZE = 16
 LOG_COLUMNS = [
     "step", "loss", "reward_avg", "reward_std", "skipped", "grad_norm", "tokens_per_sec",
-    "avg_response_len", "gen_seconds", "update_seconds", "step_seconds", "peak_mem_mb",
-    "eval_acc", "eval_seconds",
+    "avg_response_len", "rollouts_digest", "gen_seconds", "update_seconds", "step_seconds",
+    "peak_mem_mb", "eval_acc", "eval_seconds",
 ]
 
 
@@ -122,13 +123,19 @@ def policy_update(model, optimizer, prompts, completions, advantages, pad_token_
 
 
 def eval_accuracy(model, tokenizer, prompts, answers, max_new_tokens: int) -> float:
-    """Greedy accuracy on held-out problems."""
-    result = generate(
-        model, prompts, strategy="batched_stop", batch_size=EVAL_BATCH_SIZE,
-        max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    return float(np.mean([reward(tokenizer.decode(t), a) for t, a in zip(result.tokens, answers)]))
+    """Greedy accuracy on held-out problems; with several ranks each scores its share, so no
+    rank waits in a collective while another evaluates alone."""
+    mine = distributed.shard(range(len(prompts)))
+    correct = 0.0
+    if mine:
+        result = generate(
+            model, [prompts[i] for i in mine], strategy="batched_stop",
+            batch_size=EVAL_BATCH_SIZE, max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.end_token_ids, pad_token_id=tokenizer.pad_token_id,
+        )
+        correct = sum(reward(tokenizer.decode(t), answers[i]) for i, t in zip(mine, result.tokens))
+    (correct,) = distributed.all_reduce([correct])
+    return correct / len(prompts)
 
 
 
@@ -177,13 +184,12 @@ def train_grpo(
         return torch.optim.AdamW(model.parameters(), lr=lr)
 
     def evaluate_into(row: dict) -> None:
-        if not main:
-            return
         tick = time.perf_counter()
         row["eval_acc"] = eval_accuracy(model, tokenizer, eval_prompts, eval_answers,
                                         max_new_tokens)
         row["eval_seconds"] = time.perf_counter() - tick
-        print(f"step {row['step']}: eval accuracy {row['eval_acc']:.3f}", flush=True)
+        if main:
+            print(f"step {row['step']}: eval accuracy {row['eval_acc']:.3f}", flush=True)
 
     resumed = resume(work_dir, make_optimizer, dtype, torch_device)
     if resumed:
@@ -212,10 +218,12 @@ def train_grpo(
             )
             gen_seconds = time.perf_counter() - tick
             rewards = torch.zeros(problems_per_step, num_rollouts)
-            scored = [(p, r, reward(tokenizer.decode(t), problems[p]["answer"]))
+            scored = [(p, r, reward(tokenizer.decode(t), problems[p]["answer"]), t)
                       for (p, r), t in zip(mine, result.tokens)]
-            for p, r, value in sum(distributed.all_gather(scored), []):
+            everyone = sorted(sum(distributed.all_gather(scored), []))
+            for p, r, value, _ in everyone:
                 rewards[p, r] = value
+            digest = hashlib.sha256(json.dumps([t for *_, t in everyone]).encode()).hexdigest()
             skipped = skip_zero_advantage and bool((rewards == rewards[:, :1]).all())
             update_start = time.perf_counter()
             if skipped:
@@ -240,6 +248,8 @@ def train_grpo(
             "reward_std": rewards.flatten().std().item(), "skipped": skipped,
             "grad_norm": grad_norm, "tokens_per_sec": generated / gen_seconds,
             "avg_response_len": generated / step_rollouts,
+            # the step's rollout tokens, so runs can show that they trained on the same ones
+            "rollouts_digest": digest[:16],
             "gen_seconds": gen_seconds, "update_seconds": update_seconds,
             "step_seconds": step_seconds, "peak_mem_mb": peak_mb,
         }

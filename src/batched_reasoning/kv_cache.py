@@ -19,10 +19,33 @@ from .kernels import ATTENTION_CALL_COST
 
 
 def fused_attention(q, k, v, mask):
-    """Fused attention; grouped key/value heads are shared, not copied."""
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1]
-    )
+    """Fused attention in which grouped key/value heads are shared, never copied per query head.
+
+    On CPU, `enable_gqa` lets the fused kernel read each key/value head once for its group. On a
+    GPU the flash and memory-efficient kernels do not take `enable_gqa` with a mask, and PyTorch
+    would fall back to its math kernel, which copies keys and values for every query head over
+    the whole cache, every layer, every step; there the group's query heads are folded into the
+    query length instead (`folded_attention`), which the fast kernels take.
+    """
+    if q.shape[1] == k.shape[1]:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    if q.device.type == "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    return folded_attention(q, k, v, mask)
+
+
+def folded_attention(q, k, v, mask):
+    """Grouped-query attention as plain attention: the query heads that share a key/value head
+    (heads `j*g .. j*g + g-1` use head `j`) become `g` times as many queries of that head; the
+    mask, if any, is repeated for them. Only the queries are rearranged."""
+    batch, heads, time, dim = q.shape
+    kv_heads = k.shape[1]
+    groups = heads // kv_heads
+    folded = q.reshape(batch, kv_heads, groups * time, dim)
+    if mask is not None:
+        mask = mask.expand(batch, 1, time, mask.shape[-1]).repeat(1, 1, groups, 1)
+    out = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask)
+    return out.reshape(batch, heads, time, dim)
 
 
 def row_groups(ends: list[int], call_cost: int) -> list[tuple[int, int]]:
@@ -70,7 +93,8 @@ class KVCache:
     """Keys and values of every layer for `batch` rows and up to `max_len` positions.
 
     All rows share one time axis (left padding aligns them), so one write offset serves the
-    whole batch; `key_mask` remembers which cached positions hold real tokens.
+    whole batch; `key_mask` remembers which cached positions hold real tokens. A batch without
+    padding needs no mask to decode: every cached key is real and earlier than the new token.
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
@@ -78,10 +102,16 @@ class KVCache:
         batch, max_len = keys.shape[1], keys.shape[3]
         self.key_mask = torch.zeros(batch, max_len, dtype=torch.bool, device=keys.device)
         self.length = 0
+        self.padded = False  # whether any cached position is padding (known on the host)
 
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> KVCache:
         return cls(*_storage(model, batch, max_len, torch.empty))
+
+    @property
+    def megabytes(self) -> float:
+        """The keys' and values' storage, allocated in full when the cache is made."""
+        return (self.keys.nbytes + self.values.nbytes) / 2**20
 
     @property
     def capacity(self) -> int:
@@ -98,6 +128,8 @@ class KVCache:
         if end > self.capacity:
             raise ValueError(f"KV cache overflow: {end} positions > capacity {self.capacity}")
         self.key_mask[:, self.length:end] = attention_mask
+        if time > 1:  # a prefill; decode steps add one real token per row
+            self.padded = self.padded or not bool(attention_mask.all())
         positions = torch.arange(self.length, end, device=attention_mask.device)
         return self.key_mask[:, :end], positions.expand(batch, time)
 
@@ -107,6 +139,8 @@ class KVCache:
         self.keys[layer, :, :, self.length:end] = k
         self.values[layer, :, :, self.length:end] = v
         keys, values = self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+        if k.shape[2] == 1 and not self.padded:
+            mask = None
         return fused_attention(q, keys, values, mask)
 
     def advance(self, steps: int) -> None:
@@ -142,6 +176,8 @@ class SlotCache:
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> SlotCache:
         return cls(*_storage(model, batch, max_len, torch.zeros))
+
+    megabytes = KVCache.megabytes
 
     @property
     def capacity(self) -> int:

@@ -16,7 +16,9 @@ The prediction adds up what is alive at the worst moment, the prefill of a full 
   query head. On CPU the fused attention kernel works block by block (no T x T scores, but a
   float copy of the mask), and the C allocator does not hand attention's freed blocks to the
   MLP's larger tensors, so attention and MLP add up.
-- logits: batch x vocab float32 scores of one position (prefill projects only the last one).
+- logits: batch x vocab float32 scores of one position (prefill projects only the last one);
+  on CPU twice that for the batch sizes whose product `kernels.Linear` computes transposed (its
+  result is made contiguous in a copy).
 - runtime: what the process holds besides tensors (CPU only; the CUDA allocator's peak, which
   `memory.PeakMemory` reports there, counts tensors alone): its RSS apart from the weights
   (`baseline_mb`) plus the first forward pass's thread pools and kernel buffers.
@@ -37,9 +39,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .config import Qwen3Config
+from .kernels import SMALL_ROW_PRODUCTS
 
 MB = 2**20
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 CPU_IMPORTS_MB = 221.0
 CPU_FIRST_PASS_MB = 13.0
 # A workflow job's RSS apart from the weights (its `baseline_memory_mb`): torch, this package,
@@ -99,7 +102,8 @@ def predict_peak_mb(
         "weights": parameter_count(c) * size / MB,
         "kv_cache": kv_cache * size / MB,
         "activations": _activation_bytes(c, size, batch_size, prompt_len, device_type) / MB,
-        "logits": batch_size * c.vocab_size * 4 / MB,
+        "logits": batch_size * c.vocab_size * 4 / MB * (
+            2 if device_type == "cpu" and batch_size in SMALL_ROW_PRODUCTS else 1),
         "runtime": runtime,
     }
     parts["total"] = sum(parts.values())

@@ -85,6 +85,7 @@ class Samples:
     decode_seconds: float = 0.0
     batches: int = 0
     rounds: list[int] = field(default_factory=list)  # samples generated in each round
+    kv_cache_mb: float = 0.0
 
 
 def sample_answers(
@@ -117,6 +118,7 @@ def sample_answers(
         samples.prefill_seconds += result.prefill_seconds
         samples.decode_seconds += result.decode_seconds
         samples.batches += len(result.batch_rows)
+        samples.kv_cache_mb = max(samples.kv_cache_mb, result.kv_cache_mb)
         samples.rounds.append(len(pairs))
     return samples
 
@@ -190,6 +192,8 @@ def self_consistency(
         "generated_tokens": samples.generated_tokens,
         "tokens_per_second": samples.generated_tokens / wall,
         "peak_memory_mb": memory.peak_mb,
+        "memory_measure": memory.measure,
+        "kv_cache_mb": samples.kv_cache_mb,
         "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
         "end_token_ids": list(tokenizer.end_token_ids),
     } | run_info(params, torch_device, "self_consistency")

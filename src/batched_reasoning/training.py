@@ -68,7 +68,8 @@ def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int,
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Log-probability of each next token: (batch, time - 1); entry t scores token t + 1."""
-    logits = model(input_ids, attention_mask).float()
+    logits = model(input_ids, attention_mask)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # float64 stays float64
     logprobs = F.log_softmax(logits[:, :-1], dim=-1)
     return logprobs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
 
@@ -99,14 +100,19 @@ def seed_everything(seed: int) -> None:
 
 
 def random_states() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state()}
+    states = {"python": random.getstate(), "numpy": np.random.get_state(),
+              "torch": torch.get_rng_state()}
+    if torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
 
 
 def restore_random_states(states: dict) -> None:
     random.setstate(states["python"])
     np.random.set_state(states["numpy"])
     torch.set_rng_state(states["torch"].cpu())
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])
 
 
 def settings_of(stage, arguments: dict) -> dict:

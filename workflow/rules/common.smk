@@ -91,6 +91,15 @@ def training_resource(stage, key):
     return value
 
 
+# A SLURM partition per device where the config names one (`slurm_partition`); without any, the
+# resource is left out, so `--default-resources slurm_partition=...` still applies to all jobs.
+PARTITION = (
+    {"slurm_partition": lambda w: config["slurm_partition"][w.device] or ""}
+    if any(config["slurm_partition"].values())
+    else {}
+)
+
+
 def teacher_input(wildcards):
     """What the teacher file of `dataset` is made from (config `distill.teacher.source`)."""
     teacher = DISTILL["teacher"]

@@ -41,6 +41,7 @@ rule distill:
         "results/benchmarks/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.tsv"
     threads: training_resource("distill", "cpus_per_task")
     resources:
+        **PARTITION,
         mem_mb=training_resource("distill", "mem_mb"),
         runtime="12h",
         gpu=training_resource("distill", "gpu"),

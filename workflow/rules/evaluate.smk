@@ -13,6 +13,7 @@ rule evaluate:
         "results/benchmarks/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
     threads: config["threads"]
     resources:
+        **PARTITION,
         mem_mb=generation_resource("evaluate", "mem_mb"),
         runtime="2h",
         gpu=generation_resource("evaluate", "gpu"),

@@ -24,6 +24,7 @@ rule grpo:
         "results/benchmarks/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.tsv"
     threads: training_resource("grpo", "cpus_per_task")
     resources:
+        **PARTITION,
         mem_mb=training_resource("grpo", "mem_mb"),
         runtime="8h",
         gpu=training_resource("grpo", "gpu"),

@@ -11,6 +11,7 @@ rule self_consistency:
         "results/benchmarks/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
     threads: config["threads"]
     resources:
+        **PARTITION,
         mem_mb=generation_resource("self_consistency", "mem_mb"),
         runtime="4h",
         gpu=generation_resource("self_consistency", "gpu"),

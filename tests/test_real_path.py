@@ -1,0 +1,86 @@
+"""The real model's path, offline: a Hugging Face cache holding `Qwen/Qwen3-0.6B-Base`,
+`Qwen/Qwen3-0.6B` and `HuggingFaceH4/MATH-500` (their real repo and file names, with tiny
+weights) runs `configs/qwen3-0.6b-math500.yaml` on a few problems, with `HF_HUB_OFFLINE=1`."""
+
+import json
+import os
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import SHARED_DATA, TINY, random_model
+from test_hub import cache_repo
+from workflow_helpers import copy_workflow, snakemake
+
+from batched_reasoning.checkpoint import save_model
+from batched_reasoning.io import read_json
+from batched_reasoning.toy_tokenizer import train_toy_tokenizer
+
+pytestmark = pytest.mark.slow
+COMMIT = "c" * 40
+PROBLEMS = [
+    {"problem": "What is $2+3$?", "solution": "$2+3=5$.", "answer": "5", "subject": "Prealgebra",
+     "level": 1, "unique_id": "test/prealgebra/1.json"},
+    {"problem": "Compute $7 \\cdot 6$.", "solution": "$42$.", "answer": "42", "subject": "Prealgebra",
+     "level": 2, "unique_id": "test/prealgebra/2.json"},
+    {"problem": "Simplify $\\frac{4}{8}$.", "solution": "$\\frac12$.", "answer": "\\frac{1}{2}",
+     "subject": "Algebra", "level": 2, "unique_id": "test/algebra/3.json"},
+]
+
+
+def checkpoint_files(tmp_path, name, tokenizer, generation_config) -> dict[str, bytes]:
+    """A tiny Qwen3 with the real checkpoint's file names."""
+    source = tmp_path / f"{name}-source"
+    source.mkdir()
+    tokenizer.save(str(source / "tokenizer.json"))
+    end = tokenizer.token_to_id("<|endoftext|>")
+    model = random_model(vocab_size=tokenizer.get_vocab_size(with_added_tokens=True))
+    (source / "config.json").write_text(json.dumps(model.cfg.to_dict() | {"eos_token_id": end}))
+    save_model(model, tmp_path / name, source=source)
+    (tmp_path / name / "generation_config.json").write_text(json.dumps(generation_config))
+    return {f.name: f.read_bytes() for f in (tmp_path / name).iterdir()}
+
+
+@pytest.fixture(scope="module")
+def hub_cache(tmp_path_factory):
+    root = tmp_path_factory.mktemp("real-path")
+    tokenizer = train_toy_tokenizer([p["problem"] + " " + p["solution"] for p in PROBLEMS] * 20, 300)
+    end, im_end = tokenizer.token_to_id("<|endoftext|>"), tokenizer.token_to_id("<|im_end|>")
+    cache = root / "hub"
+    cache_repo(cache, "model", "Qwen/Qwen3-0.6B-Base", COMMIT,
+               checkpoint_files(root, "base", tokenizer, {"eos_token_id": end}))
+    cache_repo(cache, "model", "Qwen/Qwen3-0.6B", COMMIT,
+               checkpoint_files(root, "reasoning", tokenizer, {"eos_token_id": [im_end, end]}))
+    records = PROBLEMS
+    if (SHARED_DATA / "math500_test.json").is_file():  # the real records, where present
+        records = json.loads((SHARED_DATA / "math500_test.json").read_text())[:3]
+    cache_repo(cache, "dataset", "HuggingFaceH4/MATH-500", COMMIT,
+               {"test.jsonl": "".join(json.dumps(r) + "\n" for r in records).encode()})
+    return cache, (im_end, end)
+
+
+def test_the_qwen_config_runs_offline_from_the_hugging_face_cache(hub_cache, tmp_path):
+    cache, ends = hub_cache
+    shape = {key: value for key, value in TINY.items() if key != "max_position_embeddings"}
+    overrides = {
+        "models": {name: {"shape": shape} for name in ("qwen3-0.6b-base", "qwen3-0.6b-reasoning")},
+        "evaluate": {"devices": ["cpu"], "batch_sizes": [2], "limit": 3, "max_new_tokens": 6,
+                     "strategies": ["sequential", "batched_stop"]},
+    }
+    workdir = copy_workflow(tmp_path / "run")
+    config = yaml.safe_load((workdir / "configs/qwen3-0.6b-math500.yaml").read_text())
+    config["evaluate"] |= overrides.pop("evaluate")
+    (workdir / "tiny.yaml").write_text(yaml.safe_dump(config | overrides))  # the Qwen config
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    env |= {"HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf_home"),
+            "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    snakemake(workdir, "results/tables/evaluate.tsv", env=env)
+
+    table = pd.read_csv(workdir / "results/tables/evaluate.tsv", sep="\t")
+    assert set(table.model) == {"qwen3-0.6b-base", "qwen3-0.6b-reasoning"}
+    assert set(table.dataset) == {"math500"} and (table.tokens_per_s > 0).all()
+    reasoning = read_json(
+        workdir / "results/evaluate/qwen3-0.6b-reasoning/math500/batched_stop/bs2/cpu/metrics.json")
+    assert reasoning["end_token_ids"] == list(ends)  # generation_config.json's two end tokens
+    assert reasoning["n_problems"] == 3
+    assert (workdir / "resources/models/qwen3-0.6b-base/generation_config.json").is_file()
