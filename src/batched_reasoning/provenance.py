@@ -5,9 +5,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import platform
+import time
 from importlib import metadata
 from pathlib import Path
 
+import psutil
 import torch
 
 from .devices import device_name
@@ -97,8 +99,11 @@ def package_versions() -> dict[str, str]:
 
 
 def run_info(params: dict, device: torch.device, stage: str) -> dict:
-    """Provenance block stored with every metrics file."""
+    """Provenance block stored with every metrics file; `started_at`/`finished_at` (Unix
+    seconds: the process's start, this call) show when the job held the machine."""
     return {
+        "started_at": psutil.Process().create_time(),
+        "finished_at": time.time(),
         "seed": params.get("seed"),
         "config": params,
         "code_hash": code_hash(stage),

@@ -42,6 +42,7 @@ rule distill:
     threads: training_resource("distill", "cpus_per_task")
     resources:
         **PARTITION,
+        timing=1,
         mem_mb=training_resource("distill", "mem_mb"),
         runtime="12h",
         gpu=training_resource("distill", "gpu"),

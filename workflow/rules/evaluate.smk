@@ -14,6 +14,7 @@ rule evaluate:
     threads: config["threads"]
     resources:
         **PARTITION,
+        timing=1,
         mem_mb=generation_resource("evaluate", "mem_mb"),
         runtime="2h",
         gpu=generation_resource("evaluate", "gpu"),

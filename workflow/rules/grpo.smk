@@ -25,6 +25,7 @@ rule grpo:
     threads: training_resource("grpo", "cpus_per_task")
     resources:
         **PARTITION,
+        timing=1,
         mem_mb=training_resource("grpo", "mem_mb"),
         runtime="8h",
         gpu=training_resource("grpo", "gpu"),

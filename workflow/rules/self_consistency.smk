@@ -12,6 +12,7 @@ rule self_consistency:
     threads: config["threads"]
     resources:
         **PARTITION,
+        timing=1,
         mem_mb=generation_resource("self_consistency", "mem_mb"),
         runtime="4h",
         gpu=generation_resource("self_consistency", "gpu"),
