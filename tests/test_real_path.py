@@ -56,12 +56,14 @@ def hub_cache(tmp_path_factory):
         records = json.loads((SHARED_DATA / "math500_test.json").read_text())[:3]
     cache_repo(cache, "dataset", "HuggingFaceH4/MATH-500", COMMIT,
                {"test.jsonl": "".join(json.dumps(r) + "\n" for r in records).encode()})
-    return cache, (im_end, end)
+    return cache, (im_end, end), tokenizer.get_vocab_size(with_added_tokens=True)
 
 
 def test_the_qwen_config_runs_offline_from_the_hugging_face_cache(hub_cache, tmp_path):
-    cache, ends = hub_cache
+    cache, ends, vocab_size = hub_cache
+    # The catalogue declares the checkpoints' shape (here the tiny one), as it does Qwen3-0.6B's.
     shape = {key: value for key, value in TINY.items() if key != "max_position_embeddings"}
+    shape["vocab_size"] = vocab_size
     overrides = {
         "models": {name: {"shape": shape} for name in ("qwen3-0.6b-base", "qwen3-0.6b-reasoning")},
         "evaluate": {"devices": ["cpu"], "batch_sizes": [2], "limit": 3, "max_new_tokens": 6,
