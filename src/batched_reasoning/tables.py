@@ -92,6 +92,7 @@ def evaluate_table(metrics_paths: list[str], records_paths: list[str],
         row = {k: run[k] for k in RUN_KEYS} | {
             "accuracy": run["accuracy"],
             **{f"acc_L{level}": acc for level, acc in run["accuracy_by_level"].items()},
+            "truncated": run["truncated"],
             "time_s": run["wall_seconds"],
             "tokens_per_s": run["tokens_per_second"],
             "peak_mem_mb": run["peak_memory_mb"],
