@@ -43,10 +43,10 @@ from .book_compat import to_book_model
 from .checkpoint import load_model, save_model
 from .config import Qwen3Config, resolve_dtype
 from .data import load_records
-from .devices import device_name, resolve_device
+from .devices import device_name, resolve_device, synchronize
 from .generation import STRATEGIES, Greedy, generate
 from .io import write_json
-from .memory import PeakMemory
+from .memory import MEASURES, PeakMemory
 from .model import Qwen3
 from .padding import batches, left_pad
 from .prompts import PROMPT_STYLES, TextTokenizer, format_prompt
@@ -207,8 +207,7 @@ def run_book(book_model, prompts, strategy, batch_size, max_new_tokens, eos_toke
             out = generate_batch(model, input_ids, max_new_tokens, eos_token_id=eos_token_id,
                                  attn_mask=attention_mask, pad_id=pad_token_id)
             tokens.extend(cut_at(row, eos_token_id) for row in out.tolist())
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
         wall = time.perf_counter() - start
     return Run(tokens, wall, memory.peak_mb)
 
@@ -319,7 +318,7 @@ def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_to
             "pad_fraction": batch_pad_fraction(lengths, batch_size) if padded else 0.0,
             "wall_s": run.wall_seconds, "prefill_s": run.prefill_seconds,
             "decode_s": run.decode_seconds, "tokens_per_s": generated / run.wall_seconds,
-            "peak_mem_mb": run.peak_memory_mb,
+            "peak_mem_mb": run.peak_memory_mb, "memory_measure": MEASURES[model.device.type],
             "packed_weights": implementation == "ours" and model.packed,
         })
         print(f"{implementation} {strategy} bs={batch_size}: {generated / run.wall_seconds:.2f} tokens/s",
