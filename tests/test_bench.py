@@ -69,6 +69,10 @@ def test_cli_writes_a_row_per_strategy_and_batch_size(tiny_bench_checkpoint, tmp
     assert provenance["packages"]["torch"] and len(provenance["rows"]) == len(table)
     assert provenance["code_hash"]
     assert len(set(provenance["prompt_lengths"])) > 1
+    steps = pd.read_csv(tmp_path / "out-decode.csv")
+    assert steps.batch_size.tolist() == [1, 2, 4]
+    assert (steps.step_ms > 0).all() and (steps.bound_ms > 0).all() and (steps.pct_of_bound > 0).all()
+    assert provenance["machine"]["read_gb_s"] > 0 and len(provenance["decode_steps"]) == 3
 
 
 def test_cli_forced_answer_lengths_against_book_and_transformers(tiny_bench_checkpoint, tmp_path):

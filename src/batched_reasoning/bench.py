@@ -51,6 +51,7 @@ from .model import Qwen3
 from .padding import batches, left_pad
 from .prompts import PROMPT_STYLES, TextTokenizer, format_prompt
 from .provenance import code_hash, package_versions
+from .roofline import decode_table, measure_machine
 from .toy import init_weights
 
 SHAPES = {
@@ -379,7 +380,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--csv", default="bench.csv")
+    parser.add_argument("--decode-context", type=int,
+                        help="cached positions of the profiled decode step (default: mean prompt length)")
+    parser.add_argument("--csv", default="bench.csv",
+                        help="the table; the decode-step table goes beside it as NAME-decode.csv")
     parser.add_argument("--json", help="also write rows and provenance as JSON")
     args = parser.parse_args(argv)
     if args.make_checkpoint and not args.tokenizer:
@@ -402,6 +406,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def decode_csv_path(csv: str) -> Path:
+    path = Path(csv)
+    return path.with_name(f"{path.stem}-decode{path.suffix}")
+
+
 def main(argv=None) -> pd.DataFrame | None:
     args = parse_args(argv)
     library_hash = code_hash()  # of the code that runs, before anyone edits it
@@ -412,6 +421,9 @@ def main(argv=None) -> pd.DataFrame | None:
     device = resolve_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    limits = measure_machine(device, resolve_dtype(args.dtype))
+    print(f"machine: reads {limits.read_gb_s:.1f} GB/s, multiplies {args.dtype} at "
+          f"{limits.matmul_gflop_s:.0f} GFLOP/s", flush=True)
     tokenizer = TextTokenizer.from_model_dir(args.checkpoint, args.prompt_style)
     model = load_model(args.checkpoint, dtype=args.dtype, device=device)
     prompts = load_prompts(args.prompts, args.n_prompts, tokenizer, args.prompt_style,
@@ -435,8 +447,15 @@ def main(argv=None) -> pd.DataFrame | None:
     print(table.to_markdown(index=False, floatfmt=".3g"))
     if table.generated_tokens.nunique() > 1:
         print("note: the runs generated different numbers of tokens, so their work differs")
+    context = args.decode_context or round(sum(lengths) / len(lengths))
+    steps = pd.DataFrame(decode_table(model, [int(b) for b in args.batch_sizes.split(",")],
+                                      context, limits, args.dtype))
+    print(f"\nOne decode step at {context} cached positions (ms; pct_of_bound = the roofline "
+          "bound over the measured step; the kinds are from a profiled step):")
+    print(steps.to_markdown(index=False, floatfmt=".3g"))
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.csv, index=False)
+    steps.to_csv(decode_csv_path(args.csv), index=False)
     if args.json:
         packages = package_versions()
         for name, used in (("transformers", args.transformers), ("reasoning-from-scratch", args.book)):
@@ -445,7 +464,8 @@ def main(argv=None) -> pd.DataFrame | None:
         write_json({"args": vars(args), "device": device.type, "device_name": device_name(device),
                     "code_hash": library_hash, "packages": packages,
                     "prompt_lengths": lengths, "answer_lengths": answer_lengths,
-                    "rows": table.to_dict(orient="records")}, args.json)
+                    "machine": limits.as_dict(), "rows": table.to_dict(orient="records"),
+                    "decode_steps": steps.to_dict(orient="records")}, args.json)
     return table
 
 

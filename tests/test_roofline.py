@@ -1,0 +1,71 @@
+"""The roofline: a decode step's bytes and FLOPs counted from the model's real tensors, its
+bound, and a profile that finds the step's products and attention by name."""
+
+import math
+
+import pytest
+import torch
+from conftest import TINY, random_model
+
+from batched_reasoning.config import Qwen3Config
+from batched_reasoning.kv_cache import KVCache
+from batched_reasoning.roofline import (
+    KINDS,
+    MachineLimits,
+    bound_seconds,
+    decode_step_work,
+    kind_of,
+    measure_machine,
+    profile_decode_step,
+)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_bytes_are_the_weights_once_and_each_rows_cache(tied):
+    model = random_model(tie_word_embeddings=tied)
+    batch, context = 3, 20
+    weights = sum(p.numel() for p in model.parameters())  # a tied matrix is one parameter
+    if not tied:
+        weights -= model.model.embed_tokens.weight.numel()  # looked up, not read
+    cache = KVCache.for_model(model, batch, context)
+    read, flops = decode_step_work(model.cfg, "float32", batch, context)
+    assert read == 4 * weights + cache.keys.nbytes + cache.values.nbytes
+    attention = 2 * 2 * TINY["num_attention_heads"] * TINY["head_dim"] * context * TINY["num_hidden_layers"]
+    assert flops == batch * (2 * weights + attention)
+
+
+def test_the_bound_is_the_slower_of_reading_and_multiplying():
+    cfg = Qwen3Config(**TINY)
+    read, flops = decode_step_work(cfg, "bfloat16", 16, 100)
+    slow_memory = MachineLimits(read_gb_s=read / 1e9, matmul_gflop_s=1e6)  # reading takes 1 s
+    slow_matmul = MachineLimits(read_gb_s=1e6, matmul_gflop_s=flops / 2e9)  # multiplying, 2 s
+    assert bound_seconds(cfg, "bfloat16", 16, 100, slow_memory) == pytest.approx(1.0)
+    assert bound_seconds(cfg, "bfloat16", 16, 100, slow_matmul) == pytest.approx(2.0)
+    limits = MachineLimits(read_gb_s=30, matmul_gflop_s=500)
+    assert bound_seconds(cfg, "bfloat16", 1, 100, limits) < bound_seconds(cfg, "bfloat16", 16, 100, limits)
+    assert bound_seconds(cfg, "bfloat16", 4, 10, limits) < bound_seconds(cfg, "bfloat16", 4, 400, limits)
+
+
+def test_operators_are_sorted_into_kinds():
+    assert kind_of("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert kind_of("aten::scaled_dot_product_attention") == "attention"
+    assert kind_of("mkldnn::_linear_pointwise") == kind_of("aten::mm") == "matmul"
+    assert kind_of("aten::argmax") == "sampling"
+    assert kind_of("aten::rsqrt") == kind_of("aten::mul") == kind_of("aten::copy_") == "elementwise"
+
+
+def test_a_profiled_step_finds_its_products_and_attention():
+    model = random_model()
+    step = profile_decode_step(model, batch=2, context=30, steps=3)
+    kinds = [step[f"{kind}_ms"] for kind in KINDS]
+    assert all(ms >= 0 for ms in kinds)
+    assert step["matmul_ms"] > 0 and step["attention_ms"] > 0 and step["sampling_ms"] > 0
+    assert sum(kinds) == pytest.approx(step["profiled_step_ms"], rel=1e-9)
+    assert step["step_ms"] > 0
+
+
+def test_the_machine_is_measured():
+    limits = measure_machine(torch.device("cpu"), torch.float32, read_mb=64, matmul_size=256,
+                             repeats=2)
+    assert math.isfinite(limits.read_gb_s) and limits.read_gb_s > 0.1
+    assert math.isfinite(limits.matmul_gflop_s) and limits.matmul_gflop_s > 0.1
