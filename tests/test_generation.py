@@ -1,14 +1,17 @@
 """Batched generation must reproduce sequential generation token for token (float32)."""
 
 import copy
+import math
 import random
 
 import pytest
 import torch
-from conftest import EOS, PAD
+from conftest import EOS, PAD, random_model
 
 from batched_reasoning import model as model_module
-from batched_reasoning.generation import STRATEGIES, generate
+from batched_reasoning.generation import STRATEGIES, generate, prefill_batch
+from batched_reasoning.kernels import PREFILL_CALL_COST
+from batched_reasoning.kv_cache import KVCache, row_groups
 from batched_reasoning.padding import left_pad, length_sorted
 from batched_reasoning.sampling import TopP
 from batched_reasoning.tables import compare_answer
@@ -199,3 +202,35 @@ def test_cuda_attention_never_takes_the_math_kernel(eos_model, dtype):
             run(model, prompts, strategy, 3)
         input_ids, attention_mask = left_pad(prompts[:4], PAD, "cuda")
         model(input_ids, attention_mask).float().sum().backward()  # a training pass
+
+
+def test_prompts_of_very_different_lengths_prefill_apart_into_one_padded_cache():
+    """`prefill_batch` splits a batch by length, but attention must see what one left-padded
+    prefill leaves: the same logits, masks and real keys (float64: only sums' order differs),
+    and masked positions that cannot poison attention (the cache starts out full of NaN)."""
+    model = random_model(seed=3).to(torch.float64)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(4, 97) for _ in range(n)] for n in (2, 3, 40, 41)]
+    lengths = [len(p) for p in prompts]
+    assert row_groups(lengths, PREFILL_CALL_COST[model.dtype]) == [(0, 2), (2, 4)]  # two calls
+
+    def nan_cache():
+        shape = (model.cfg.num_hidden_layers, 4, model.cfg.num_key_value_heads, 45, model.cfg.head_dim)
+        return KVCache(torch.full(shape, math.nan, dtype=torch.float64),
+                       torch.full(shape, math.nan, dtype=torch.float64))
+
+    split, whole = nan_cache(), nan_cache()
+    logits = prefill_batch(model, split, prompts, PAD)
+    input_ids, attention_mask = left_pad(prompts, PAD, model.device)
+    expected = model(input_ids, attention_mask, cache=whole, last_only=True)[:, -1]
+    torch.testing.assert_close(logits, expected, rtol=1e-12, atol=1e-12)
+    assert torch.equal(split.key_mask, whole.key_mask)
+    assert (split.length, split.padded) == (whole.length, whole.padded) == (41, True)
+    real = whole.key_mask[:, :41]
+    for cache_keys, whole_keys in ((split.keys, whole.keys), (split.values, whole.values)):
+        by_row = [k[:, :, :, :41].permute(1, 3, 0, 2, 4)[real] for k in (cache_keys, whole_keys)]
+        torch.testing.assert_close(*by_row, rtol=1e-12, atol=1e-12)
+    assert not split.keys[:, :, :, :41].isnan().any()  # the short rows' padding was zeroed
+    step = torch.tensor([[5], [6], [7], [8]])
+    after = model(step, torch.ones_like(step, dtype=torch.bool), cache=split)[:, -1]
+    assert after.isfinite().all()

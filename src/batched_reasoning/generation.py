@@ -24,7 +24,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .devices import synchronize
-from .kv_cache import KVCache, SlotCache
+from .kernels import PREFILL_CALL_COST
+from .kv_cache import KVCache, SlotCache, row_groups
 from .padding import batches, left_pad
 
 STRATEGIES = ("sequential", "batched", "batched_stop", "continuous")
@@ -111,6 +112,22 @@ def check_prompts(model, prompts: Sequence[Sequence[int]], max_new_tokens: int) 
             )
 
 
+def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token_id: int) -> torch.Tensor:
+    """Prefill left-aligned-by-length `prompts` (ascending length) into `cache`; last-position
+    logits per row. Rows of very different lengths prefill in separate calls
+    (`kv_cache.row_groups`), each padded only to its own longest prompt, so a batch of one long
+    and many short prompts does not compute the short rows' padding; attention then sees the
+    cache one left-padded prefill would leave."""
+    lengths = [len(p) for p in prompts]
+    logits = []
+    for first, stop in row_groups(lengths, PREFILL_CALL_COST[model.dtype]):
+        input_ids, attention_mask = left_pad(prompts[first:stop], pad_token_id, model.device)
+        view = cache.rows_from(first, stop, lengths[-1] - input_ids.shape[1])
+        logits.append(model(input_ids, attention_mask, cache=view, last_only=True)[:, -1])
+    cache.prefilled(lengths)
+    return torch.cat(logits) if len(logits) > 1 else logits[0]
+
+
 @torch.inference_mode()
 def generate_batch(
     model,
@@ -131,10 +148,11 @@ def generate_batch(
     ends = frozenset(end_tokens)
     device = model.device
     start = time.perf_counter()
-    input_ids, attention_mask = left_pad([prompts[r] for r in rows], pad_token_id, device)
-    cache = KVCache.for_model(model, len(rows), input_ids.shape[1] + max_new_tokens)
+    rows = sorted(rows, key=lambda r: len(prompts[r]))  # similar lengths prefill together
+    width = len(prompts[rows[-1]])
+    cache = KVCache.for_model(model, len(rows), width + max_new_tokens)
     result.kv_cache_mb = max(result.kv_cache_mb, cache.megabytes)
-    logits = model(input_ids, attention_mask, cache=cache, last_only=True)[:, -1]
+    logits = prefill_batch(model, cache, [prompts[r] for r in rows], pad_token_id)
     synchronize(device)
     prefill_end = time.perf_counter()
     result.prefill_seconds += prefill_end - start

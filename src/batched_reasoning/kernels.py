@@ -7,7 +7,9 @@ What this module adds only changes speed, never results beyond float rounding:
   decode step, which torch's CPU BLAS (MKL for float32, oneDNN for bfloat16) runs faster;
 - `Linear.pack` keeps a weight only in oneDNN's blocked layout for inference, and
   `pack_side_by_side` fuses q/k/v or gate/up into one packed product;
-- `ATTENTION_CALL_COST` prices one attention call on CPU for `kv_cache.row_groups`.
+- `ATTENTION_CALL_COST` prices one attention call on CPU for `kv_cache.row_groups`;
+- `PREFILL_CALL_COST` prices one prefill call (a forward pass), per dtype, when
+  `generation.prefill_batch` splits a batch's prompts by length.
 
 The thresholds are named settings measured on this project's machine: an Intel Xeon
 (Sapphire Rapids) KVM guest with 2 vCPUs, torch 2.13 CPU build, 2 threads, Qwen3-0.6B's shape.
@@ -32,6 +34,10 @@ PACK_FLOAT32_FROM_BATCH = 4
 # One attention call on CPU costs about as much as reading this many more key positions (a decode
 # step's attention at 16 slots took 39 instead of 59 ms in bfloat16 with rows split by length).
 ATTENTION_CALL_COST = 32
+# One prefill call (a forward pass) reads every weight once, however few its tokens: it costs
+# about as much as this many more prompt tokens (Qwen3-0.6B, batch 1: a call took 71 ms plus
+# 0.82 ms a token in bfloat16, 103 ms plus 3.3 ms a token in float32).
+PREFILL_CALL_COST = {torch.bfloat16: 87, torch.float16: 87, torch.float32: 31, torch.float64: 31}
 
 
 def can_pack() -> bool:

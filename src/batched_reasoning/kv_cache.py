@@ -146,6 +146,25 @@ class KVCache:
     def advance(self, steps: int) -> None:
         self.length += steps
 
+    def rows_from(self, first: int, stop: int, offset: int) -> KVCache:
+        """A cache over rows `first .. stop-1` and positions `offset ..` of this one, sharing its
+        storage, so a group of similar-length rows prefills into the shared time axis padded
+        only to its own longest prompt. Positions before `offset` stay padding for these rows
+        (masked, and zeroed: masked garbage would still turn attention's sums into NaN)."""
+        view = KVCache.__new__(KVCache)
+        view.keys = self.keys[:, first:stop, :, offset:]
+        view.values = self.values[:, first:stop, :, offset:]
+        view.key_mask = self.key_mask[first:stop, offset:]
+        view.length, view.padded = 0, False
+        self.keys[:, first:stop, :, :offset] = 0
+        self.values[:, first:stop, :, :offset] = 0
+        return view
+
+    def prefilled(self, lengths: list[int]) -> None:
+        """Rows of these prompt lengths were written by `rows_from` views, right-aligned."""
+        self.length = max(lengths)
+        self.padded = min(lengths) < self.length
+
     def keep_rows(self, rows: list[int]) -> None:
         """Drop every row not in `rows` (ascending): finished sequences leave the compute batch."""
         self.keys, self.values = keep_rows(self.keys, self.values, rows, self.length)
