@@ -94,6 +94,17 @@ def test_cli_forced_answer_lengths_against_book_and_transformers(tiny_bench_chec
     assert ours.ours_vs_transformers.notna().all()
 
 
+def test_samples_of_one_problem_share_its_prefill(tiny_bench_checkpoint, tmp_path):
+    d = tiny_bench_checkpoint
+    main(["--checkpoint", str(d / "tiny"), "--prompts", str(d / "problems.jsonl"), "--n-prompts", "3",
+          "--samples", "4", "--strategies", "sequential,batched_stop,continuous",
+          "--batch-sizes", "4", "--answer-lengths", "2,7", "--threads", "1",
+          "--csv", str(tmp_path / "out.csv")])
+    table = pd.read_csv(tmp_path / "out.csv").set_index("strategy")
+    assert (table.n_prompts == 12).all() and (table.same_as_sequential == 1.0).all()
+    assert table.prefills.to_dict() == {"sequential": 12, "batched_stop": 3, "continuous": 3}
+
+
 def test_synthetic_prompts_are_seeded_and_varied():
     one = load_prompts(None, 6, tokenizer=None, style="base", vocab_size=97, seed=1)
     assert one == load_prompts(None, 6, tokenizer=None, style="base", vocab_size=97, seed=1)

@@ -104,7 +104,7 @@ def test_slot_cache_rows_of_different_lengths_match_alone(eos_model):
         for row, prompt in enumerate(prompts):
             single = KVCache.for_model(eos_model, 1, 40)
             eos_model(torch.tensor([prompt[:-1]]), cache=single)
-            cache.insert(row, single)
+            cache.insert(row, single, 0, len(prompt) - 1)
             alone.append(eos_model(torch.tensor([[prompt[-1]]]), cache=single)[0, -1])
         step = torch.tensor([[p[-1]] for p in prompts])
         together = eos_model(step, cache=cache)[:, -1]

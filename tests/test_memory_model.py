@@ -91,11 +91,11 @@ from batched_reasoning.config import Qwen3Config
 from batched_reasoning.generation import generate
 from batched_reasoning.memory import PeakMemory
 from batched_reasoning.model import Qwen3
-config, batch, prompt, new = json.loads(sys.argv[1]), *map(int, sys.argv[2:])
+config, batch, prompt, new, distinct = json.loads(sys.argv[1]), *map(int, sys.argv[2:])
 torch.set_num_threads(1)
 torch.manual_seed(0)
 model = Qwen3(Qwen3Config(**config)).eval()
-prompts = torch.randint(4, 1000, (batch, prompt)).tolist()
+prompts = torch.randint(4, 1000, (distinct, prompt)).tolist() * (batch // distinct)
 with PeakMemory("cpu") as memory:
     generate(model, prompts, strategy="batched", batch_size=batch, max_new_tokens=new,
              eos_token_id=None, pad_token_id=0)
@@ -108,13 +108,15 @@ WIDE = {  # a vocabulary as large as Qwen3's on a small body: the logits are wha
 }
 
 
-def measured_peak_mb(config: dict, batch: int, prompt: int, new: int, runs: int = 3) -> float:
+def measured_peak_mb(config: dict, batch: int, prompt: int, new: int, runs: int = 3,
+                     distinct: int | None = None) -> float:
     """Peak RSS of a generation in fresh processes (nothing earlier hides in their RSS), the
     highest of a few: sampling every millisecond can miss a short-lived peak (seen: 30 MB)."""
     peaks = []
     for _ in range(runs):
         out = subprocess.run(
-            [sys.executable, "-c", MEASURE, json.dumps(config), str(batch), str(prompt), str(new)],
+            [sys.executable, "-c", MEASURE, json.dumps(config), str(batch), str(prompt), str(new),
+             str(distinct or batch)],
             capture_output=True, text=True, check=True)
         peaks.append(float(out.stdout.split()[-1]))
     return max(peaks)
@@ -135,6 +137,20 @@ def test_each_growing_component_matches_the_measured_growth(component, config, s
     assert after[component] - before[component] >= 0.7 * predicted
     grown = measured_peak_mb(config, *large) - measured_peak_mb(config, *small)
     assert grown == pytest.approx(predicted, rel=0.25)
+
+
+def test_repeated_prompts_cost_the_activations_of_the_distinct_ones():
+    """Eight samples of one long prompt prefill it once: the prediction drops the activations of
+    seven prompts, and the measured peaks differ by as much (25%)."""
+    cfg = Qwen3Config(**MODERATE)
+    apart, shared = (predict_peak_mb(cfg, "float32", 8, 1024, 1, "cpu", distinct_prompts=d)
+                     for d in (8, 1))
+    predicted = apart["total"] - shared["total"]
+    assert predicted == pytest.approx(apart["activations"] - shared["activations"])
+    assert predicted > 0
+    saved = measured_peak_mb(MODERATE, 8, 1024, 1) - measured_peak_mb(MODERATE, 8, 1024, 1,
+                                                                       distinct=1)
+    assert saved == pytest.approx(predicted, rel=0.25)
 
 
 def test_an_mps_run_is_predicted_measured_and_tabled(tmp_path, monkeypatch):

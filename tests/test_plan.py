@@ -136,3 +136,21 @@ def test_a_download_that_does_not_match_its_declared_shape_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(other.to_dict()))
     with pytest.raises(PlanError, match=r"models.base.shape: num_hidden_layers 36 \(declared 28\)"):
         check_shape(tmp_path, "qwen3-0.6b", "models.base.shape")
+
+
+@pytest.mark.parametrize("batch_size, num_samples, early_stop, distinct", [
+    (8, 4, False, 3),  # 8 consecutive samples span at most 3 problems of 4 samples
+    (8, 8, False, 2),
+    (1, 5, False, 1),
+    (8, 4, True, 8),  # late rounds hold one sample per problem
+])
+def test_self_consistency_batches_are_predicted_from_their_distinct_prompts(
+        batch_size, num_samples, early_stop, distinct):
+    plan = plan_of(self_consistency__num_samples=num_samples,
+                   self_consistency__early_stop=early_stop)
+    assert plan.distinct_prompts("self_consistency", batch_size) == distinct
+    assert plan.distinct_prompts("evaluate", batch_size) == batch_size
+    if not early_stop:  # the bound is reached by some window of consecutive samples
+        windows = [len({i // num_samples for i in range(start, start + batch_size)})
+                   for start in range(4 * num_samples)]
+        assert max(windows) == distinct

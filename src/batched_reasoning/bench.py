@@ -102,6 +102,7 @@ class Run:
     peak_memory_mb: float
     prefill_seconds: float = float("nan")
     decode_seconds: float = float("nan")
+    prefills: float = float("nan")  # prompts prefilled (ours: repeats share one prefill)
 
 
 def draw_answer_lengths(n: int, low: int, high: int, seed: int = 0) -> list[int]:
@@ -185,7 +186,8 @@ def run_ours(model, prompts, strategy, batch_size, max_new_tokens, eos_token_id,
                           max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
                           pad_token_id=pad_token_id, sampler=sampler)
         wall = time.perf_counter() - start
-    return Run(result.tokens, wall, memory.peak_mb, result.prefill_seconds, result.decode_seconds)
+    return Run(result.tokens, wall, memory.peak_mb, result.prefill_seconds, result.decode_seconds,
+               result.prefills)
 
 
 def run_book(book_model, prompts, strategy, batch_size, max_new_tokens, eos_token_id,
@@ -318,7 +320,8 @@ def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_to
             "n_prompts": len(prompts), "generated_tokens": generated,
             "pad_fraction": batch_pad_fraction(lengths, batch_size) if padded else 0.0,
             "wall_s": run.wall_seconds, "prefill_s": run.prefill_seconds,
-            "decode_s": run.decode_seconds, "tokens_per_s": generated / run.wall_seconds,
+            "decode_s": run.decode_seconds, "prefills": run.prefills,
+            "tokens_per_s": generated / run.wall_seconds,
             "peak_mem_mb": run.peak_memory_mb, "memory_measure": MEASURES[model.device.type],
             "packed_weights": implementation == "ours" and model.packed,
         })
@@ -366,6 +369,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--prompts", help="MATH-500-format JSON/JSONL (default: synthetic prompts)")
     parser.add_argument("--n-prompts", type=int, default=16, help="first N problems / N synthetic")
     parser.add_argument("--prompt-style", choices=PROMPT_STYLES, default="base")
+    parser.add_argument("--samples", type=int, default=1,
+                        help="answers per prompt, batched problem by problem as self-consistency "
+                             "and GRPO batch them (each answer gets its own forced length)")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--batch-sizes", default="1,2,4,8,16")
     parser.add_argument("--max-new-tokens", type=int, default=64,
@@ -393,6 +399,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = set(args.strategies.split(",")) - set(STRATEGIES)
     if unknown:
         parser.error(f"unknown strategies {sorted(unknown)}; choose from {STRATEGIES}")
+    if args.samples < 1:
+        parser.error(f"--samples must be >= 1, got {args.samples}")
     if args.answer_lengths:
         if args.no_eos:
             parser.error("--answer-lengths ends answers with the end token; drop --no-eos")
@@ -428,9 +436,10 @@ def main(argv=None) -> pd.DataFrame | None:
     model = load_model(args.checkpoint, dtype=args.dtype, device=device)
     prompts = load_prompts(args.prompts, args.n_prompts, tokenizer, args.prompt_style,
                            model.cfg.vocab_size, args.seed)
+    prompts = [prompt for prompt in prompts for _ in range(args.samples)]
     lengths = [len(p) for p in prompts]
-    print(f"{len(prompts)} prompts, {min(lengths)}-{max(lengths)} tokens (mean "
-          f"{sum(lengths) / len(lengths):.0f}); {device_name(device)}", flush=True)
+    print(f"{len(prompts)} prompts ({args.samples} per problem), {min(lengths)}-{max(lengths)} "
+          f"tokens (mean {sum(lengths) / len(lengths):.0f}); {device_name(device)}", flush=True)
     answer_lengths = None
     if args.answer_lengths:
         answer_lengths = draw_answer_lengths(len(prompts), *args.answer_lengths, seed=args.seed)

@@ -16,7 +16,7 @@ host once (`tolist`), which is also what decides who is finished.
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -47,6 +47,9 @@ class GenerationResult:
     decode_seconds: float = 0.0
     # Prompt indices of each batch (continuous: one rolling batch, in admission order).
     batch_rows: list[list[int]] = field(default_factory=list)
+    # Prompts whose prefill ran: repeats of a prompt (self-consistency's samples, GRPO's
+    # rollouts) share one prefill.
+    prefills: int = 0
 
     @property
     def generated_tokens(self) -> int:
@@ -81,7 +84,6 @@ def pick(sampler, logits: torch.Tensor, rows: list[int]) -> list[tuple[int, floa
     return [(int(token), margin) for token, margin in pairs]
 
 
-
 def take_token(result: GenerationResult, index: int, picked: tuple[int, float | None],
                end_tokens: frozenset[int], max_new_tokens: int) -> bool:
     """Add a picked token to prompt `index`'s answer unless it is an end token; whether the
@@ -112,20 +114,44 @@ def check_prompts(model, prompts: Sequence[Sequence[int]], max_new_tokens: int) 
             )
 
 
-def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token_id: int) -> torch.Tensor:
-    """Prefill left-aligned-by-length `prompts` (ascending length) into `cache`; last-position
-    logits per row. Rows of very different lengths prefill in separate calls
-    (`kv_cache.row_groups`), each padded only to its own longest prompt, so a batch of one long
-    and many short prompts does not compute the short rows' padding; attention then sees the
-    cache one left-padded prefill would leave."""
+def share_prompts(prompts: Sequence[Sequence[int]], rows: Sequence[int]) -> tuple[list[int], list[int]]:
+    """A batch's `rows` in prefill order: one row of every distinct prompt first, shortest first
+    (similar lengths prefill together), then the rows that repeat one of them; and for each
+    position, the position of the row whose prefill it shares (its own, for the first ones)."""
+    first_of: dict[tuple[int, ...], int] = {}
+    distinct, repeats = [], []
+    for row in sorted(rows, key=lambda r: len(prompts[r])):
+        key = tuple(prompts[row])
+        if key in first_of:
+            repeats.append(row)
+        else:
+            first_of[key] = len(distinct)
+            distinct.append(row)
+    sources = list(range(len(distinct))) + [first_of[tuple(prompts[r])] for r in repeats]
+    return distinct + repeats, sources
+
+
+def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token_id: int,
+                  logits: bool = True) -> torch.Tensor | None:
+    """Prefill non-empty `prompts` (ascending length) into the first rows of `cache`, left-padded;
+    last-position logits per row, or nothing when nobody reads them (no vocabulary projection).
+    Rows of very different lengths prefill in separate calls (`kv_cache.row_groups`), each padded
+    only to its own longest prompt, so a batch of one long and many short prompts does not
+    compute the short rows' padding; attention then sees the cache one left-padded prefill
+    would leave."""
     lengths = [len(p) for p in prompts]
-    logits = []
+    outputs = []
     for first, stop in row_groups(lengths, PREFILL_CALL_COST[model.dtype]):
         input_ids, attention_mask = left_pad(prompts[first:stop], pad_token_id, model.device)
         view = cache.rows_from(first, stop, lengths[-1] - input_ids.shape[1])
-        logits.append(model(input_ids, attention_mask, cache=view, last_only=True)[:, -1])
+        if logits:
+            outputs.append(model(input_ids, attention_mask, cache=view, last_only=True)[:, -1])
+        else:
+            model.hidden_states(input_ids, attention_mask, cache=view)
     cache.prefilled(lengths)
-    return torch.cat(logits) if len(logits) > 1 else logits[0]
+    if not logits:
+        return None
+    return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
 
 
 @torch.inference_mode()
@@ -142,17 +168,23 @@ def generate_batch(
 ) -> None:
     """Generate for one batch; write tokens and latencies of prompt indices `rows` into `result`.
 
-    Finished rows that stay in the batch (`batched`) are fed the first end token as a
-    placeholder; their outputs are never read.
+    Rows that repeat a prompt share its prefill: it runs once, and its keys/values are copied
+    into each repeat's row. Finished rows that stay in the batch (`batched`) are fed the first
+    end token as a placeholder; their outputs are never read.
     """
     ends = frozenset(end_tokens)
     device = model.device
     start = time.perf_counter()
-    rows = sorted(rows, key=lambda r: len(prompts[r]))  # similar lengths prefill together
-    width = len(prompts[rows[-1]])
+    rows, sources = share_prompts(prompts, rows)
+    distinct = max(sources) + 1
+    width = max(len(prompts[r]) for r in rows)
     cache = KVCache.for_model(model, len(rows), width + max_new_tokens)
     result.kv_cache_mb = max(result.kv_cache_mb, cache.megabytes)
-    logits = prefill_batch(model, cache, [prompts[r] for r in rows], pad_token_id)
+    logits = prefill_batch(model, cache, [prompts[r] for r in rows[:distinct]], pad_token_id)
+    if distinct < len(rows):
+        cache.share_rows(sources)
+        logits = logits[sources]
+    result.prefills += distinct
     synchronize(device)
     prefill_end = time.perf_counter()
     result.prefill_seconds += prefill_end - start
@@ -193,6 +225,7 @@ def generate_continuous(
     batch_size: int,
     max_new_tokens: int,
     end_tokens: tuple[int, ...],
+    pad_token_id: int,
     sampler,
     result: GenerationResult,
     bar: tqdm,
@@ -200,11 +233,14 @@ def generate_continuous(
     """Continuous batching over `batch_size` slots; write tokens and latencies into `result`.
 
     Each step decodes one token for every slot together and samples them with one host sync.
-    When a row finishes, the next waiting prompt takes its slot before the next step: all but
-    its last token are prefilled alone and their keys/values move into the slot, whose length
-    is its own (`SlotCache`); the last prompt token is that row's input to the next decode step,
-    whose logits give the first new token. Once no prompt waits, finished rows leave the batch
-    as in `batched_stop`. A prompt's latency runs from the start of its prefill.
+    When rows finish, the next waiting prompts take their slots before the next step: all but
+    their last tokens are prefilled together (left-padded, split by length as in
+    `prefill_batch`, no vocabulary projection) and each row's keys/values move into its slot,
+    whose length is its own (`SlotCache`); a prompt's last token is its row's input to the next
+    decode step, whose logits give the first new token. A prompt prefix is prefilled once and
+    kept while more prompts with it wait (self-consistency's samples, GRPO's rollouts). Once no
+    prompt waits, finished rows leave the batch as in `batched_stop`. A prompt's latency runs
+    from the start of its prefill.
     """
     device = model.device
     ends = frozenset(end_tokens)
@@ -216,19 +252,34 @@ def generate_continuous(
     slots: list[int | None] = [None] * len(cache.lengths)  # prompt index held by each cache row
     next_ids = [0] * len(slots)  # each row's input to the next decode step
     admitted = {}  # prompt index -> time its prefill started
+    waiting_prefixes = Counter(tuple(prompts[index][:-1]) for index in order)
+    prefixes: dict[tuple[int, ...], tuple[KVCache, int]] = {}  # prefilled: cache and its row
     while True:
         if None in slots:  # a waiting prompt for every free slot (surplus slots were dropped)
             synchronize(device)
             prefill_start = time.perf_counter()
-            for row, index in enumerate(slots):
-                if index is None:
-                    slots[row] = index = waiting.popleft()
-                    admitted[index] = time.perf_counter()
-                    prompt_cache = prefill(model, prompts[index][:-1])
-                    result.kv_cache_mb = max(result.kv_cache_mb,
-                                             cache.megabytes + prompt_cache.megabytes)
-                    cache.insert(row, prompt_cache)
-                    next_ids[row] = prompts[index][-1]
+            free = [row for row, index in enumerate(slots) if index is None]
+            entering = [waiting.popleft() for _ in free]
+            keys = [tuple(prompts[index][:-1]) for index in entering]
+            new = sorted({key for key in keys if key and key not in prefixes}, key=len)
+            if new:
+                prompt_cache = KVCache.for_model(model, len(new), len(new[-1]))
+                prefill_batch(model, prompt_cache, new, pad_token_id, logits=False)
+                prefixes |= {key: (prompt_cache, row) for row, key in enumerate(new)}
+                result.prefills += len(new)
+            held = {id(c): c.megabytes for c, _ in prefixes.values()}
+            result.kv_cache_mb = max(result.kv_cache_mb, cache.megabytes + sum(held.values()))
+            for row, index, key in zip(free, entering, keys):
+                slots[row] = index
+                admitted[index] = prefill_start
+                next_ids[row] = prompts[index][-1]
+                if key:
+                    cache.insert(row, *prefixes[key], len(key))
+                else:
+                    cache.clear(row)
+                waiting_prefixes[key] -= 1
+                if not waiting_prefixes[key]:
+                    prefixes.pop(key, None)
             synchronize(device)
             prefill_seconds += time.perf_counter() - prefill_start
 
@@ -255,14 +306,6 @@ def generate_continuous(
     synchronize(device)
     result.prefill_seconds += prefill_seconds
     result.decode_seconds += time.perf_counter() - call_start - prefill_seconds
-
-
-def prefill(model, tokens: Sequence[int]) -> KVCache:
-    """A single-row cache holding `tokens` (possibly none), computed as `sequential` does."""
-    cache = KVCache.for_model(model, 1, len(tokens))
-    if tokens:
-        model(torch.tensor([tokens], device=model.device), cache=cache, last_only=True)
-    return cache
 
 
 def generate(
@@ -308,8 +351,8 @@ def generate(
               mininterval=5) as bar:
         if strategy == "continuous":
             generate_continuous(
-                model, prompts, order, batch_size, max_new_tokens, end_tokens, sampler, result,
-                bar,
+                model, prompts, order, batch_size, max_new_tokens, end_tokens, pad_token_id,
+                sampler, result, bar,
             )
             result.batch_rows.append(order)
             return result

@@ -50,7 +50,7 @@ ADVANTAGE_EPS = 1e-4
 EVAL_BATCH_SIZE = 16
 LOG_COLUMNS = [
     "step", "loss", "reward_avg", "reward_std", "skipped", "grad_norm", "tokens_per_sec",
-    "avg_response_len", "rollouts_digest", "gen_seconds", "update_seconds", "step_seconds",
+    "avg_response_len", "rollouts_digest", "prefills", "gen_seconds", "update_seconds", "step_seconds",
     "peak_mem_mb", "eval_acc", "eval_seconds",
 ]
 
@@ -240,7 +240,7 @@ def train_grpo(
                 synchronize(torch_device)
             update_seconds = time.perf_counter() - update_start
             step_seconds = time.perf_counter() - tick
-        (generated,) = distributed.all_reduce([result.generated_tokens])
+        generated, prefills = distributed.all_reduce([result.generated_tokens, result.prefills])
         gen_seconds, update_seconds, step_seconds, peak_mb = distributed.all_reduce(
             [gen_seconds, update_seconds, step_seconds, memory.peak_mb], op="max")
         row = {
@@ -250,6 +250,7 @@ def train_grpo(
             "avg_response_len": generated / step_rollouts,
             # the step's rollout tokens, so runs can show that they trained on the same ones
             "rollouts_digest": digest[:16],
+            "prefills": int(prefills),  # prompts prefilled: a problem's rollouts share one prefill
             "gen_seconds": gen_seconds, "update_seconds": update_seconds,
             "step_seconds": step_seconds, "peak_mem_mb": peak_mb,
         }

@@ -165,6 +165,15 @@ class KVCache:
         self.length = max(lengths)
         self.padded = min(lengths) < self.length
 
+    def share_rows(self, sources: list[int]) -> None:
+        """Row `i` becomes a copy of row `sources[i]` (rows that share a prompt prefill it once;
+        each keeps its own copy, since their answers diverge from the first new token)."""
+        for row, source in enumerate(sources):
+            if source != row:  # row by row: a gather would hold all the copies twice
+                self.keys[:, row, :, :self.length] = self.keys[:, source, :, :self.length]
+                self.values[:, row, :, :self.length] = self.values[:, source, :, :self.length]
+                self.key_mask[row] = self.key_mask[source]
+
     def keep_rows(self, rows: list[int]) -> None:
         """Drop every row not in `rows` (ascending): finished sequences leave the compute batch."""
         self.keys, self.values = keep_rows(self.keys, self.values, rows, self.length)
@@ -202,14 +211,19 @@ class SlotCache:
     def capacity(self) -> int:
         return self.keys.shape[3]
 
-    def insert(self, row: int, prompt_cache: KVCache) -> None:
-        """Put a prefilled single-row, unpadded `prompt_cache` into slot `row`, replacing it."""
-        length = prompt_cache.length
+    def insert(self, row: int, prompts: KVCache, prompt_row: int, length: int) -> None:
+        """Put row `prompt_row` of a prefilled, left-padded `prompts` cache, whose prompt has
+        `length` tokens (right-aligned at its end), into slot `row`, replacing what was there."""
         if length > self.capacity:
             raise ValueError(f"KV cache overflow: {length} positions > capacity {self.capacity}")
-        self.keys[:, row, :, :length] = prompt_cache.keys[:, 0, :, :length]
-        self.values[:, row, :, :length] = prompt_cache.values[:, 0, :, :length]
+        start = prompts.length - length
+        self.keys[:, row, :, :length] = prompts.keys[:, prompt_row, :, start:prompts.length]
+        self.values[:, row, :, :length] = prompts.values[:, prompt_row, :, start:prompts.length]
         self.lengths[row] = length
+
+    def clear(self, row: int) -> None:
+        """Empty slot `row` (for a prompt of one token: nothing of it is prefilled)."""
+        self.lengths[row] = 0
 
     def append_mask(self, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The new tokens go at each row's own end; `attention_mask` must be all real tokens."""

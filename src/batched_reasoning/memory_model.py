@@ -6,7 +6,8 @@ The prediction adds up what is alive at the worst moment, the prefill of a full 
 - weights: every parameter once (tied embeddings are one tensor).
 - kv_cache: keys and values of every layer for batch x (prompt_len + max_new_tokens) positions,
   allocated in full by `generate` before the prefill.
-- activations: the largest tensors alive at once inside one layer during prefill: the residual
+- activations: the largest tensors alive at once inside one layer during prefill (of the batch's
+  distinct prompts: repeats of a prompt share its prefill, `generation.share_prompts`): the residual
   stream and its normed copy; attention's queries, keys, values and the rotary-embedding
   temporaries of the queries; the MLP's gate, up and their product (each batch x prompt_len x
   intermediate); and the causal-and-padding mask (batch x T x T). On CUDA the caching allocator
@@ -84,10 +85,12 @@ def predict_peak_mb(
     max_new_tokens: int,
     device_type: str,
     baseline_mb: float | None = None,
+    distinct_prompts: int | None = None,
 ) -> dict[str, float]:
     """Predicted peak memory (MiB) of generating for `batch_size` prompts of `prompt_len` tokens,
     by component, with their sum as `total`. `baseline_mb`: the process's RSS apart from the
-    weights (CPU; default `CPU_IMPORTS_MB`)."""
+    weights (CPU; default `CPU_IMPORTS_MB`). `distinct_prompts`: how many of a batch's prompts
+    differ (default: all); only they are prefilled, each repeat gets a copy of the keys/values."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPE_BYTES)}")
     if device_type not in ("cpu", "cuda", "mps"):
@@ -101,7 +104,8 @@ def predict_peak_mb(
     parts = {
         "weights": parameter_count(c) * size / MB,
         "kv_cache": kv_cache * size / MB,
-        "activations": _activation_bytes(c, size, batch_size, prompt_len, device_type) / MB,
+        "activations": _activation_bytes(c, size, distinct_prompts or batch_size, prompt_len,
+                                         device_type) / MB,
         "logits": batch_size * c.vocab_size * 4 / MB * (
             2 if device_type == "cpu" and batch_size in SMALL_ROW_PRODUCTS else 1),
         "runtime": runtime,

@@ -17,19 +17,23 @@ from .kernels import Linear
 from .kv_cache import KVCache, SlotCache, fused_attention
 
 
-class RMSNorm(nn.Module):
-    """Root-mean-square norm, computed in float32 at least (float64 stays float64)."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Root-mean-square norm over the last dimension, computed in float32 at least (float64
+    stays float64), then scaled by `weight`."""
+    dtype = x.dtype
+    x = x.to(torch.promote_types(dtype, torch.float32))
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
 
+
+class RMSNorm(nn.Module):
     def __init__(self, size: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.to(torch.promote_types(dtype, torch.float32))
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rotary_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
@@ -208,6 +212,20 @@ class Qwen3(nn.Module):
         `last_only` projects to the vocabulary at the final position only: prefill needs no more,
         and the vocabulary projection over every prompt position is the largest tensor of all.
         """
+        x = self.hidden_states(input_ids, attention_mask, position_ids, cache)
+        if last_only:
+            x = x[:, -1:]
+        return self.lm_head(self.model.norm(x))
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: KVCache | SlotCache | None = None,
+    ) -> torch.Tensor:
+        """The last layer's output, before the final norm and the vocabulary projection: all a
+        prefill whose logits nobody reads needs to run (its cache is then filled)."""
         batch, time = input_ids.shape
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
@@ -225,6 +243,4 @@ class Qwen3(nn.Module):
             x = layer(x, cos, sin, mask, cache, index)
         if cache is not None:
             cache.advance(time)
-        if last_only:
-            x = x[:, -1:]
-        return self.lm_head(self.model.norm(x))
+        return x

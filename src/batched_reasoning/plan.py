@@ -180,13 +180,24 @@ class Plan:
                 for device in cfg["devices"] for strategy in cfg["strategies"]
                 for batch_size in ([1] if strategy == "sequential" else cfg["batch_sizes"])]
 
+    def distinct_prompts(self, stage: str, batch_size: int) -> int:
+        """The most distinct prompts one batch of a stage can hold. Self-consistency without
+        early stop batches each problem's `num_samples` samples one after another, so `batch_size`
+        consecutive samples span at most ceil((batch_size - 1) / num_samples) + 1 problems; with
+        early stop, late rounds hold one sample per problem, so every prompt may differ."""
+        cfg = self.config[stage]
+        if stage != "self_consistency" or cfg["early_stop"]:
+            return batch_size
+        return min(batch_size, -(-(batch_size - 1) // cfg["num_samples"]) + 1)
+
     def predicted_generation_mb(self, stage: str, model: str, batch_size: int,
                                 device: str) -> dict[str, float]:
         """The memory model's peak of a generation job (prompts of PROMPT_TOKENS), by part."""
         return predict_peak_mb(
             self.architecture(model), self.config["dtype"][device], batch_size, PROMPT_TOKENS,
             self.config[stage]["max_new_tokens"], device,
-            CPU_WORKFLOW_JOB_MB if device == "cpu" else None)
+            CPU_WORKFLOW_JOB_MB if device == "cpu" else None,
+            distinct_prompts=self.distinct_prompts(stage, batch_size))
 
     def over_budget(self, stage: str, run: GenerationRun) -> float | None:
         """The predicted peak of a run if it exceeds its device's memory budget."""

@@ -84,6 +84,7 @@ class Samples:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     batches: int = 0
+    prefills: int = 0  # prompts prefilled: a batch's samples of one problem share one prefill
     rounds: list[int] = field(default_factory=list)  # samples generated in each round
     kv_cache_mb: float = 0.0
 
@@ -118,6 +119,7 @@ def sample_answers(
         samples.prefill_seconds += result.prefill_seconds
         samples.decode_seconds += result.decode_seconds
         samples.batches += len(result.batch_rows)
+        samples.prefills += result.prefills
         samples.kv_cache_mb = max(samples.kv_cache_mb, result.kv_cache_mb)
         samples.rounds.append(len(pairs))
     return samples
@@ -186,6 +188,7 @@ def self_consistency(
         "early_stop": early_stop,
         "rounds": samples.rounds,
         "batches": samples.batches,
+        "prefills": samples.prefills,
         "wall_seconds": wall,
         "prefill_seconds": samples.prefill_seconds,
         "decode_seconds": samples.decode_seconds,
