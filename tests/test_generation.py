@@ -9,7 +9,7 @@ import torch
 from conftest import EOS, PAD, random_model
 
 from batched_reasoning import model as model_module
-from batched_reasoning.generation import STRATEGIES, generate, prefill_batch
+from batched_reasoning.generation import STRATEGIES, Greedy, generate, prefill_batch
 from batched_reasoning.kernels import PREFILL_CALL_COST
 from batched_reasoning.kv_cache import KVCache, row_groups
 from batched_reasoning.padding import left_pad, length_sorted
@@ -234,3 +234,13 @@ def test_prompts_of_very_different_lengths_prefill_apart_into_one_padded_cache()
     step = torch.tensor([[5], [6], [7], [8]])
     after = model(step, torch.ones_like(step, dtype=torch.bool), cache=split)[:, -1]
     assert after.isfinite().all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_picks_the_first_of_tied_maxima_as_argmax_does(dtype):
+    logits = torch.zeros(3, 151_936, dtype=dtype)  # Qwen3's vocabulary: vectorised reductions
+    logits[0, [7, 9000, 151_935]] = 2.0
+    logits[1, 100_000] = 1.0
+    sampler = Greedy()
+    assert sampler(logits, [0, 1, 2]).tolist() == [7, 100_000, 0] == logits.argmax(-1).tolist()
+    assert sampler.margins.tolist() == [0.0, 1.0, 0.0]

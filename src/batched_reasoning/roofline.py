@@ -18,6 +18,7 @@ import torch
 
 from .config import Qwen3Config
 from .devices import synchronize
+from .generation import Greedy
 from .kv_cache import KVCache
 from .memory_model import DTYPE_BYTES, parameter_count
 
@@ -81,7 +82,8 @@ def kind_of(op: str) -> str:
         return "attention"
     if "linear" in op or op in ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul"):
         return "matmul"
-    if op in ("aten::argmax", "aten::topk", "aten::sort", "aten::multinomial", "aten::cumsum"):
+    if op in ("aten::argmax", "aten::max", "aten::topk", "aten::sort", "aten::multinomial",
+              "aten::cumsum"):
         return "sampling"
     return "elementwise"  # norms, RoPE, residual adds, activations, copies into the cache
 
@@ -89,7 +91,7 @@ def kind_of(op: str) -> str:
 def _decode_steps(model, cache: KVCache, tokens: torch.Tensor, steps: int) -> torch.Tensor:
     for _ in range(steps):
         logits = model(tokens, torch.ones_like(tokens, dtype=torch.bool), cache=cache)[:, -1]
-        tokens = logits.argmax(-1, keepdim=True)  # greedy: the pick of every real step
+        tokens = Greedy()(logits, [])[:, None]  # the pick of every real greedy step
     synchronize(model.device)
     return tokens
 
