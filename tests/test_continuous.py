@@ -10,7 +10,7 @@ from conftest import EOS, PAD
 from batched_reasoning import kv_cache
 from batched_reasoning.generation import Greedy, generate
 from batched_reasoning.kv_cache import KVCache, SlotCache, row_groups
-from batched_reasoning.padding import length_sorted
+from batched_reasoning.padding import length_sorted, right_pad
 from batched_reasoning.sampling import TopP
 
 LENGTHS = [1, 120, 5, 64, 2, 33, 90, 12, 7, 50]  # more prompts than slots, very different lengths
@@ -96,16 +96,22 @@ def test_timing_fields(eos_model):
 
 
 def test_slot_cache_rows_of_different_lengths_match_alone(eos_model):
-    """Two rows at different lengths decode one token together as each would alone."""
+    """Two slots prefilled together (right-padded, in the other order than their rows) then
+    decoding one token together at different lengths give what each prompt gives alone."""
     prompts = prompts_of([9, 30], seed=3)
     cache = SlotCache.for_model(eos_model, 2, 40)
+    cache.keys.fill_(1e4)  # what slots held before (finite, as in use) must not leak in
+    cache.values.fill_(1e4)
     alone = []
     with torch.inference_mode():
-        for row, prompt in enumerate(prompts):
+        for prompt in prompts:
             single = KVCache.for_model(eos_model, 1, 40)
             eos_model(torch.tensor([prompt[:-1]]), cache=single)
-            cache.insert(row, single, 0, len(prompt) - 1)
             alone.append(eos_model(torch.tensor([[prompt[-1]]]), cache=single)[0, -1])
+        input_ids, attention_mask = right_pad([p[:-1] for p in prompts[::-1]], PAD)
+        eos_model.hidden_states(input_ids, attention_mask, cache=cache.prefill([1, 0]))
+        for row, prompt in enumerate(prompts):
+            cache.set_prefix(row, len(prompt) - 1)
         step = torch.tensor([[p[-1]] for p in prompts])
         together = eos_model(step, cache=cache)[:, -1]
     torch.testing.assert_close(together, torch.stack(alone), atol=1e-5, rtol=0)

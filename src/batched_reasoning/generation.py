@@ -16,7 +16,7 @@ host once (`tolist`), which is also what decides who is finished.
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from .devices import synchronize
 from .kernels import PREFILL_CALL_COST
 from .kv_cache import KVCache, SlotCache, row_groups
-from .padding import batches, left_pad
+from .padding import batches, left_pad, right_pad
 
 STRATEGIES = ("sequential", "batched", "batched_stop", "continuous")
 
@@ -133,11 +133,9 @@ def share_prompts(prompts: Sequence[Sequence[int]], rows: Sequence[int]) -> tupl
     return distinct + repeats, sources
 
 
-def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token_id: int,
-                  logits: bool = True) -> torch.Tensor | None:
-    """Prefill non-empty `prompts` (ascending length) into the first rows of `cache`, left-padded;
-    last-position logits per row, or nothing when nobody reads them (no vocabulary projection).
-    Rows of very different lengths prefill in separate calls (`kv_cache.row_groups`), each padded
+def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token_id: int) -> torch.Tensor:
+    """Prefill `prompts` (ascending length) into the first rows of `cache`, left-padded;
+    last-position logits per row. Rows of very different lengths prefill in separate calls (`kv_cache.row_groups`), each padded
     only to its own longest prompt, so a batch of one long and many short prompts does not
     compute the short rows' padding; attention then sees the cache one left-padded prefill
     would leave."""
@@ -146,13 +144,8 @@ def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token
     for first, stop in row_groups(lengths, PREFILL_CALL_COST[model.dtype]):
         input_ids, attention_mask = left_pad(prompts[first:stop], pad_token_id, model.device)
         view = cache.rows_from(first, stop, lengths[-1] - input_ids.shape[1])
-        if logits:
-            outputs.append(model(input_ids, attention_mask, cache=view, last_only=True)[:, -1])
-        else:
-            model.hidden_states(input_ids, attention_mask, cache=view)
+        outputs.append(model(input_ids, attention_mask, cache=view, last_only=True)[:, -1])
     cache.prefilled(lengths)
-    if not logits:
-        return None
     return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
 
 
@@ -236,13 +229,13 @@ def generate_continuous(
 
     Each step decodes one token for every slot together and samples them with one host sync.
     When rows finish, the next waiting prompts take their slots before the next step: all but
-    their last tokens are prefilled together (left-padded, split by length as in
-    `prefill_batch`, no vocabulary projection) and each row's keys/values move into its slot,
-    whose length is its own (`SlotCache`); a prompt's last token is its row's input to the next
-    decode step, whose logits give the first new token. A prompt prefix is prefilled once and
-    kept while more prompts with it wait (self-consistency's samples, GRPO's rollouts). Once no
-    prompt waits, finished rows leave the batch as in `batched_stop`. A prompt's latency runs
-    from the start of its prefill.
+    their last tokens are prefilled together, straight into their slots (right-padded, split by
+    length as in `prefill_batch`, no vocabulary projection); each slot has its own length
+    (`SlotCache`). A prompt's last token is its row's input to the next decode step, whose
+    logits give the first new token. A prefix that another slot already holds (a problem's other
+    samples or rollouts) is copied from there instead of prefilled again. Once no prompt waits,
+    finished rows leave the batch as in `batched_stop`. A prompt's latency runs from the start
+    of its prefill.
     """
     device = model.device
     ends = frozenset(end_tokens)
@@ -254,34 +247,32 @@ def generate_continuous(
     slots: list[int | None] = [None] * len(cache.lengths)  # prompt index held by each cache row
     next_ids = [0] * len(slots)  # each row's input to the next decode step
     admitted = {}  # prompt index -> time its prefill started
-    waiting_prefixes = Counter(tuple(prompts[index][:-1]) for index in order)
-    prefixes: dict[tuple[int, ...], tuple[KVCache, int]] = {}  # prefilled: cache and its row
+    result.kv_cache_mb = cache.megabytes
+
+    def prefix(index: int) -> tuple[int, ...]:
+        return tuple(prompts[index][:-1])
+
     while True:
         if None in slots:  # a waiting prompt for every free slot (surplus slots were dropped)
             synchronize(device)
             prefill_start = time.perf_counter()
-            free = [row for row, index in enumerate(slots) if index is None]
-            entering = [waiting.popleft() for _ in free]
-            keys = [tuple(prompts[index][:-1]) for index in entering]
-            new = sorted({key for key in keys if key and key not in prefixes}, key=len)
-            if new:
-                prompt_cache = KVCache.for_model(model, len(new), len(new[-1]))
-                prefill_batch(model, prompt_cache, new, pad_token_id, logits=False)
-                prefixes |= {key: (prompt_cache, row) for row, key in enumerate(new)}
-                result.prefills += len(new)
-            held = {id(c): c.megabytes for c, _ in prefixes.values()}
-            result.kv_cache_mb = max(result.kv_cache_mb, cache.megabytes + sum(held.values()))
-            for row, index, key in zip(free, entering, keys):
-                slots[row] = index
-                admitted[index] = prefill_start
-                next_ids[row] = prompts[index][-1]
-                if key:
-                    cache.insert(row, *prefixes[key], len(key))
-                else:
-                    cache.clear(row)
-                waiting_prefixes[key] -= 1
-                if not waiting_prefixes[key]:
-                    prefixes.pop(key, None)
+            held = {prefix(index): row for row, index in enumerate(slots) if index is not None}
+            entering = {row: waiting.popleft() for row, index in enumerate(slots) if index is None}
+            to_fill = {}  # prefix -> the entering slot it is prefilled into
+            for row, index in entering.items():
+                slots[row], admitted[index], next_ids[row] = index, prefill_start, prompts[index][-1]
+                if prefix(index) and prefix(index) not in held:
+                    to_fill.setdefault(prefix(index), row)
+            rows = sorted(to_fill.values(), key=lambda r: len(prompts[slots[r]]))
+            lengths = [len(prompts[slots[r]]) - 1 for r in rows]
+            for first, stop in row_groups(lengths, PREFILL_CALL_COST[model.dtype]):
+                input_ids, attention_mask = right_pad(
+                    [prefix(slots[r]) for r in rows[first:stop]], pad_token_id, device)
+                model.hidden_states(input_ids, attention_mask, cache=cache.prefill(rows[first:stop]))
+            result.prefills += len(rows)
+            for row, index in entering.items():
+                source = held.get(prefix(index), to_fill.get(prefix(index), row))
+                cache.set_prefix(row, len(prefix(index)), None if source == row else source)
             synchronize(device)
             prefill_seconds += time.perf_counter() - prefill_start
 

@@ -211,19 +211,19 @@ class SlotCache:
     def capacity(self) -> int:
         return self.keys.shape[3]
 
-    def insert(self, row: int, prompts: KVCache, prompt_row: int, length: int) -> None:
-        """Put row `prompt_row` of a prefilled, left-padded `prompts` cache, whose prompt has
-        `length` tokens (right-aligned at its end), into slot `row`, replacing what was there."""
-        if length > self.capacity:
-            raise ValueError(f"KV cache overflow: {length} positions > capacity {self.capacity}")
-        start = prompts.length - length
-        self.keys[:, row, :, :length] = prompts.keys[:, prompt_row, :, start:prompts.length]
-        self.values[:, row, :, :length] = prompts.values[:, prompt_row, :, start:prompts.length]
-        self.lengths[row] = length
+    def prefill(self, rows: list[int]) -> SlotPrefill:
+        """A cache for one right-padded prefill of slots `rows` from empty: each prompt lands at
+        positions 0.. of its own slot, where decoding expects it, with no second buffer to
+        hold and copy from. Then give each slot its length (`set_prefix`)."""
+        return SlotPrefill(self, rows)
 
-    def clear(self, row: int) -> None:
-        """Empty slot `row` (for a prompt of one token: nothing of it is prefilled)."""
-        self.lengths[row] = 0
+    def set_prefix(self, row: int, length: int, source: int | None = None) -> None:
+        """Slot `row` now holds a prompt prefix of `length` tokens: prefilled into it, or
+        (`source`) copied from the slot that holds the same prefix."""
+        if source is not None:
+            self.keys[:, row, :, :length] = self.keys[:, source, :, :length]
+            self.values[:, row, :, :length] = self.values[:, source, :, :length]
+        self.lengths[row] = length
 
     def append_mask(self, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The new tokens go at each row's own end; `attention_mask` must be all real tokens."""
@@ -269,3 +269,28 @@ class SlotCache:
         """Drop every slot not in `rows` (ascending; no prompt is left to refill them)."""
         self.keys, self.values = keep_rows(self.keys, self.values, rows, max(self.lengths))
         self.lengths = [self.lengths[r] for r in rows]
+
+
+class SlotPrefill:
+    """Slots of a `SlotCache` prefilled together from empty, right-padded: attention runs over
+    the new keys alone (causal, padding masked) and they are stored at positions 0.. of each
+    slot; the padding's keys land past a slot's length, where decoding overwrites them."""
+
+    def __init__(self, cache: SlotCache, rows: list[int]):
+        self.cache = cache
+        self.rows = torch.tensor(rows, device=cache.keys.device)
+
+    def append_mask(self, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch, time = attention_mask.shape
+        if time > self.cache.capacity:
+            raise ValueError(f"KV cache overflow: {time} positions > capacity {self.cache.capacity}")
+        return attention_mask, torch.arange(time, device=attention_mask.device).expand(batch, time)
+
+    def attend(self, layer: int, q, k, v, mask) -> torch.Tensor:
+        time = k.shape[2]
+        self.cache.keys[layer, :, :, :time].index_copy_(0, self.rows, k)
+        self.cache.values[layer, :, :, :time].index_copy_(0, self.rows, v)
+        return fused_attention(q, k, v, mask)
+
+    def advance(self, steps: int) -> None:
+        pass

@@ -1,4 +1,4 @@
-"""Left padding: many prompts of different lengths as one rectangular batch."""
+"""Padding: many prompts of different lengths as one rectangular batch."""
 
 from __future__ import annotations
 
@@ -15,16 +15,29 @@ def left_pad(
     Padding goes on the left so every row's last real token sits in the last column: the next
     token of all rows is then read from one position, and new tokens append in one column.
     """
+    return _pad(sequences, pad_token_id, device, left=True)
+
+
+def right_pad(
+    sequences: Sequence[Sequence[int]], pad_token_id: int, device: str | torch.device = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """As `left_pad`, with the padding after each row's tokens: every row starts at position 0
+    (how `continuous` prefills prompts straight into their own cache slots)."""
+    return _pad(sequences, pad_token_id, device, left=False)
+
+
+def _pad(sequences, pad_token_id, device, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
     if not sequences:
-        raise ValueError("left_pad: no sequences given")
+        raise ValueError("pad: no sequences given")
     if any(len(s) == 0 for s in sequences):
-        raise ValueError("left_pad: empty sequence (every prompt needs at least one token)")
+        raise ValueError("pad: empty sequence (every prompt needs at least one token)")
     width = max(len(s) for s in sequences)
     input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(sequences), width), dtype=torch.bool)
     for row, seq in enumerate(sequences):
-        input_ids[row, width - len(seq):] = torch.as_tensor(seq, dtype=torch.long)
-        attention_mask[row, width - len(seq):] = True
+        columns = slice(width - len(seq), width) if left else slice(0, len(seq))
+        input_ids[row, columns] = torch.as_tensor(seq, dtype=torch.long)
+        attention_mask[row, columns] = True
     return input_ids.to(device), attention_mask.to(device)
 
 
