@@ -135,18 +135,18 @@ def share_prompts(prompts: Sequence[Sequence[int]], rows: Sequence[int]) -> tupl
 
 def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token_id: int) -> torch.Tensor:
     """Prefill `prompts` (ascending length) into the first rows of `cache`, left-padded;
-    last-position logits per row. Rows of very different lengths prefill in separate calls (`kv_cache.row_groups`), each padded
-    only to its own longest prompt, so a batch of one long and many short prompts does not
-    compute the short rows' padding; attention then sees the cache one left-padded prefill
-    would leave."""
+    last-position logits per row. Rows of very different lengths prefill in separate calls
+    (`kv_cache.row_groups`), each padded only to its own longest prompt, so a batch of one long
+    and many short prompts does not compute the short rows' padding; attention then sees the
+    cache one left-padded prefill would leave."""
     lengths = [len(p) for p in prompts]
-    outputs = []
+    logits = []
     for first, stop in row_groups(lengths, PREFILL_CALL_COST[model.dtype]):
         input_ids, attention_mask = left_pad(prompts[first:stop], pad_token_id, model.device)
         view = cache.rows_from(first, stop, lengths[-1] - input_ids.shape[1])
-        outputs.append(model(input_ids, attention_mask, cache=view, last_only=True)[:, -1])
+        logits.append(model(input_ids, attention_mask, cache=view, last_only=True)[:, -1])
     cache.prefilled(lengths)
-    return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
+    return torch.cat(logits) if len(logits) > 1 else logits[0]
 
 
 @torch.inference_mode()
