@@ -1,5 +1,6 @@
 """Run the real workflow (real Snakemake, real files) in a temporary copy of the repository."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -46,5 +47,20 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1800
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout,
                           env=env)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+        errors = failed_job_errors(workdir, proc.stdout + proc.stderr)
+        raise AssertionError(f"{' '.join(cmd)} failed; from the failed jobs' logs:\n{errors}\n\n"
+                             f"{proc.stdout}\n{proc.stderr}\n\nfrom the failed jobs' logs:\n{errors}")
     return proc
+
+
+def failed_job_errors(workdir: Path, output: str, limit: int = 30) -> str:
+    """The error lines of the logs of the jobs that failed, so that a report cut short in the
+    middle (as long CI output is) still shows the cause at its start and end."""
+    lines = []
+    for log in dict.fromkeys(re.findall(r"^\s+log: (\S+) \(check log", output, re.M)):
+        path = workdir / log
+        text = path.read_text(errors="replace") if path.is_file() else ""
+        found = [line for line in text.splitlines()
+                 if re.search(r"Error|Exception|error:|Killed|exitcode", line)]
+        lines += [f"{log}:"] + [f"    {line}" for line in found[-limit:]]
+    return "\n".join(lines) or "(no log of a failed job found)"

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from .devices import resolve_device
 
@@ -73,6 +74,7 @@ def _die_with_parent() -> None:
         pass  # not Linux: torchrun's own signal handling has to do
 
 
+@record  # torchrun's failure summary then names the failing rank's exception, not only its exit
 def _rank_main(call: str, result: str) -> None:
     """One rank, as torchrun starts it: join the group, run the call, rank 0 keeps the result."""
     _die_with_parent()
