@@ -39,6 +39,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from . import llama_cpp
 from .book_compat import to_book_model
 from .checkpoint import load_model, save_model
 from .config import Qwen3Config, resolve_dtype
@@ -388,8 +389,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--decode-context", type=int,
                         help="cached positions of the profiled decode step (default: mean prompt length)")
+    parser.add_argument("--llama-batched-bench", metavar="BINARY",
+                        help="also time llama.cpp's llama-batched-bench on --gguf (see README)")
+    parser.add_argument("--gguf", help="the checkpoint converted to GGUF, for --llama-batched-bench")
     parser.add_argument("--csv", default="bench.csv",
-                        help="the table; the decode-step table goes beside it as NAME-decode.csv")
+                        help="the table; the decode-step table goes beside it as NAME-decode.csv "
+                             "and llama.cpp's as NAME-llama.csv")
     parser.add_argument("--json", help="also write rows and provenance as JSON")
     args = parser.parse_args(argv)
     if args.make_checkpoint and not args.tokenizer:
@@ -399,6 +404,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = set(args.strategies.split(",")) - set(STRATEGIES)
     if unknown:
         parser.error(f"unknown strategies {sorted(unknown)}; choose from {STRATEGIES}")
+    if bool(args.llama_batched_bench) != bool(args.gguf):
+        parser.error("--llama-batched-bench and --gguf go together")
+    for name in ("llama_batched_bench", "gguf"):
+        path = getattr(args, name)
+        if path and not Path(path).is_file():
+            parser.error(f"--{name.replace('_', '-')}: no such file: {path}")
     if args.samples < 1:
         parser.error(f"--samples must be >= 1, got {args.samples}")
     if args.answer_lengths:
@@ -414,9 +425,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def decode_csv_path(csv: str) -> Path:
+def beside(csv: str, part: str) -> Path:
+    """NAME-part.csv next to NAME.csv."""
     path = Path(csv)
-    return path.with_name(f"{path.stem}-decode{path.suffix}")
+    return path.with_name(f"{path.stem}-{part}{path.suffix}")
 
 
 def main(argv=None) -> pd.DataFrame | None:
@@ -462,9 +474,26 @@ def main(argv=None) -> pd.DataFrame | None:
     print(f"\nOne decode step at {context} cached positions (ms; pct_of_bound = the roofline "
           "bound over the measured step; the kinds are from a profiled step):")
     print(steps.to_markdown(index=False, floatfmt=".3g"))
+    peer = peer_version = None
+    if args.llama_batched_bench:
+        peer_version = llama_cpp.version(args.llama_batched_bench)
+        new_tokens = (sum(answer_lengths) / len(answer_lengths) if answer_lengths
+                      else args.max_new_tokens)
+        peer = llama_cpp.batched_bench(
+            args.llama_batched_bench, args.gguf, prompt_tokens=round(sum(lengths) / len(lengths)),
+            new_tokens=round(new_tokens), batch_sizes=[int(b) for b in args.batch_sizes.split(",")],
+            threads=torch.get_num_threads())
+        peer = llama_cpp.compare(table, steps, peer)
+        print(f"\nllama.cpp ({peer_version}), llama-batched-bench "
+              f"on {args.gguf}: batches of {peer.prompt_tokens.iloc[0]}-token prompts and "
+              f"{peer.new_tokens.iloc[0]} new tokens each, decoded in lock step; ours: the decode "
+              "step above and the best strategy's tokens/s on our prompts:")
+        print(peer.drop(columns=["implementation"]).to_markdown(index=False, floatfmt=".3g"))
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.csv, index=False)
-    steps.to_csv(decode_csv_path(args.csv), index=False)
+    steps.to_csv(beside(args.csv, "decode"), index=False)
+    if peer is not None:
+        peer.to_csv(beside(args.csv, "llama"), index=False)
     if args.json:
         packages = package_versions()
         for name, used in (("transformers", args.transformers), ("reasoning-from-scratch", args.book)):
@@ -474,7 +503,10 @@ def main(argv=None) -> pd.DataFrame | None:
                     "code_hash": library_hash, "packages": packages,
                     "prompt_lengths": lengths, "answer_lengths": answer_lengths,
                     "machine": limits.as_dict(), "rows": table.to_dict(orient="records"),
-                    "decode_steps": steps.to_dict(orient="records")}, args.json)
+                    "decode_steps": steps.to_dict(orient="records"),
+                    "llama_cpp": None if peer is None else {
+                        "version": peer_version,
+                        "rows": peer.to_dict(orient="records")}}, args.json)
     return table
 
 
