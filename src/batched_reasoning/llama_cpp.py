@@ -80,7 +80,8 @@ def parse_jsonl(text: str) -> pd.DataFrame:
 
 
 def version(binary: str | Path) -> str:
-    """What `binary --version` says of its build, e.g. '0.5.0-dev (build 1, commit 0c1e570)'."""
+    """What `binary --version` says of its build, e.g. '0.5.0-dev (build 0, commit unknown)'
+    (built outside a git checkout, as from the sdist, it knows no commit)."""
     proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
     found = re.search(r"version: (.+)", proc.stdout + proc.stderr)
     return found.group(1).strip() if found else "unknown"
