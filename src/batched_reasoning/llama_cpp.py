@@ -32,8 +32,6 @@ import pandas as pd
 # `version()` reports).
 SDIST = "llama-cpp-python==0.3.36"
 TARGET = "llama-batched-bench"
-# Prompts are prefilled in chunks of this many tokens (llama.cpp's -b; its default).
-LOGICAL_BATCH = 2048
 
 
 def batched_bench(binary: str | Path, gguf: str | Path, prompt_tokens: int, new_tokens: int,
@@ -44,7 +42,7 @@ def batched_bench(binary: str | Path, gguf: str | Path, prompt_tokens: int, new_
     """
     batch_sizes = sorted(set(batch_sizes))
     context = max(batch_sizes) * (prompt_tokens + new_tokens)
-    command = [str(binary), "-m", str(gguf), "-c", str(context), "-b", str(LOGICAL_BATCH),
+    command = [str(binary), "-m", str(gguf), "-c", str(context),
                "-npp", str(prompt_tokens), "-ntg", str(new_tokens),
                "-npl", ",".join(map(str, batch_sizes)), "-t", str(threads),
                "--output-format", "jsonl"]
