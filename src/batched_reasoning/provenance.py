@@ -9,7 +9,6 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-import psutil
 import torch
 
 from .devices import device_name
@@ -19,6 +18,11 @@ PACKAGES = ("torch", "safetensors", "tokenizers", "huggingface_hub", "math-verif
 
 
 PACKAGE = "batched_reasoning"
+# When this process loaded the library, on the clock `finished_at` reads too. The process's
+# creation time (psutil) is not that clock: Linux counts it in ticks since boot, and the boot
+# time it adds is whole seconds, so it may lie up to a second before the wall clock; two jobs
+# that ran one after the other could then seem to overlap.
+LOADED_AT = time.time()
 
 
 def imported_modules(path: str | Path) -> set[str]:
@@ -100,9 +104,10 @@ def package_versions() -> dict[str, str]:
 
 def run_info(params: dict, device: torch.device, stage: str) -> dict:
     """Provenance block stored with every metrics file; `started_at`/`finished_at` (Unix
-    seconds: the process's start, this call) show when the job held the machine."""
+    seconds, one clock: when the job's process loaded this library, this call) bracket the
+    job's work."""
     return {
-        "started_at": psutil.Process().create_time(),
+        "started_at": LOADED_AT,
         "finished_at": time.time(),
         "seed": params.get("seed"),
         "config": params,
