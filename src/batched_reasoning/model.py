@@ -152,6 +152,21 @@ def attention_mask_4d(key_mask: torch.Tensor, query_pos: torch.Tensor) -> torch.
     return (causal & key_mask[:, None, None, :]) | (key_pos == query_pos)
 
 
+def packed_mask_and_positions(segment_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows that hold several examples one after another (`segment_ids` (batch, time): equal,
+    contiguous ids for one example's tokens) -> the causal mask (batch, 1, time, time) in which a
+    token attends only to its own example, and each token's position within its example. Each
+    example then computes exactly what it would alone, with no padding between examples."""
+    time = segment_ids.shape[1]
+    index = torch.arange(time, device=segment_ids.device)
+    causal = index[None, :] <= index[:, None]
+    mask = (segment_ids[:, :, None] == segment_ids[:, None, :]) & causal
+    starts = torch.ones_like(segment_ids, dtype=torch.bool)
+    starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+    first = torch.cummax(torch.where(starts, index, 0), dim=1).values
+    return mask[:, None], index - first
+
+
 class Qwen3(nn.Module):
     def __init__(self, cfg: Qwen3Config):
         super().__init__()
@@ -216,7 +231,7 @@ class Qwen3(nn.Module):
         x = self.hidden_states(input_ids, attention_mask, position_ids, cache)
         if last_only:
             x = x[:, -1:]
-        return self.lm_head(self.model.norm(x))
+        return self.logits_at(x)
 
     def hidden_states(
         self,
@@ -224,10 +239,16 @@ class Qwen3(nn.Module):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         cache: KVCache | SlotCache | None = None,
+        segment_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The last layer's output, before the final norm and the vocabulary projection: all a
-        prefill whose logits nobody reads needs to run (its cache is then filled)."""
+        prefill whose logits nobody reads needs to run (its cache is then filled), and what a
+        loss over a few positions projects only there. `segment_ids` marks packed examples
+        (`packed_mask_and_positions`), for training without a cache."""
         batch, time = input_ids.shape
+        if segment_ids is not None:
+            mask, position_ids = packed_mask_and_positions(segment_ids)
+            return self.layers_over(input_ids, mask, position_ids, None)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
         if cache is not None:
@@ -237,11 +258,18 @@ class Qwen3(nn.Module):
             query_pos = torch.arange(time, device=input_ids.device).expand(batch, time)
         if position_ids is None:  # the number of real tokens before each new one
             position_ids = (key_mask.cumsum(-1) - 1).clamp(min=0).gather(1, query_pos)
-        mask = attention_mask_4d(key_mask, query_pos)
+        x = self.layers_over(input_ids, attention_mask_4d(key_mask, query_pos), position_ids, cache)
+        if cache is not None:
+            cache.advance(time)
+        return x
+
+    def layers_over(self, input_ids, mask, position_ids, cache) -> torch.Tensor:
         x = self.model.embed_tokens(input_ids)
         cos, sin = rotary_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
         for index, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, mask, cache, index)
-        if cache is not None:
-            cache.advance(time)
         return x
+
+    def logits_at(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The vocabulary logits of hidden states (any leading shape)."""
+        return self.lm_head(self.model.norm(hidden))

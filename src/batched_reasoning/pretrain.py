@@ -30,15 +30,15 @@ from .provenance import run_info
 from .training import (
     Example,
     claim_work_dir,
-    collate,
     epoch_batches,
     finish_run,
+    pack,
+    packed_token_mean_nll,
     resume,
     run_identity,
     save_training_state,
     seed_everything,
     settings_of,
-    token_mean_nll,
 )
 
 
@@ -112,16 +112,16 @@ def pretrain(
                 # answers made the toy fail to learn the habits' mix (tried: 0.27 accuracy).
                 epoch_groups = {epoch: epoch_batches(lengths, batch_size, seed, epoch, False)}
             chosen = [examples[i] for i in epoch_groups[epoch][offset]]
-            input_ids, attention_mask, loss_mask = collate(chosen, tokenizer.pad_token_id,
-                                                           torch_device)
-            loss = token_mean_nll(model, input_ids, attention_mask, loss_mask)
+            # packed: the batch's short and long answers computed without padding between them
+            input_ids, segment_ids, loss_mask = pack(chosen, tokenizer.pad_token_id, torch_device)
+            loss = packed_token_mean_nll(model, input_ids, segment_ids, loss_mask)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             seconds = time.perf_counter() - tick
             rows.append({"step": step + 1, "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"],
-                         "tokens_per_sec": int(attention_mask.sum()) / seconds,
+                         "tokens_per_sec": int((segment_ids > 0).sum()) / seconds,
                          "step_seconds": seconds})
             if (step + 1) % 50 == 0:
                 print(f"step {step + 1}/{steps} loss {loss.item():.4f}", flush=True)

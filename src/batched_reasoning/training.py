@@ -50,6 +50,51 @@ def collate(examples: list[Example], pad_token_id: int, device="cpu"):
     return input_ids, attention_mask, loss_mask
 
 
+PACK_TOKENS = 256  # a packed row's room: a few examples each, however long the longest is
+
+
+def pack(examples: list[Example], pad_token_id: int, device="cpu",
+         capacity: int = PACK_TOKENS):
+    """(input_ids, segment_ids, loss_mask): the examples laid end to end in as few rows as fit
+    (first fit, longest first), so a batch of short and long examples computes no padding but
+    the end of each row. Segment i + 1 is the i-th example, 0 the padding; loss_mask marks
+    answer tokens. A row holds `capacity` tokens, or the longest example if it is longer."""
+    capacity = max(capacity, max(len(e.ids) for e in examples))
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(examples)), key=lambda i: -len(examples[i].ids)):
+        row = next((r for r, free in enumerate(room) if free >= len(examples[i].ids)), None)
+        if row is None:
+            rows.append([])
+            room.append(capacity)
+            row = len(rows) - 1
+        rows[row].append(i)
+        room[row] -= len(examples[i].ids)
+    width = capacity - min(room)
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    segment_ids = torch.zeros((len(rows), width), dtype=torch.long)
+    loss_mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for r, members in enumerate(rows):
+        at = 0
+        for i in members:
+            ids = examples[i].ids
+            input_ids[r, at:at + len(ids)] = torch.tensor(ids)
+            segment_ids[r, at:at + len(ids)] = i + 1
+            loss_mask[r, at + examples[i].prompt_len:at + len(ids)] = True
+            at += len(ids)
+    return input_ids.to(device), segment_ids.to(device), loss_mask.to(device)
+
+
+def packed_token_mean_nll(model, input_ids, segment_ids, loss_mask) -> torch.Tensor:
+    """`token_mean_nll` of packed rows (`pack`): the same value as for the examples padded one
+    per row, from hidden states projected to the vocabulary only where a target is scored."""
+    targets = loss_mask[:, 1:]
+    hidden = model.hidden_states(input_ids, segment_ids=segment_ids)[:, :-1][targets]
+    logits = model.logits_at(hidden)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return F.cross_entropy(logits, input_ids[:, 1:][targets], reduction="mean")
+
+
 def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int,
                   sort_by_length: bool) -> list[list[int]]:
     """One epoch's batches, a function of (seed, epoch) alone so a resumed run replays them.
