@@ -28,3 +28,4 @@ rule all:
         rules.self_consistency_table.output,
         rules.grpo_table.output,
         rules.distill_table.output,
+        rules.story_table.output,

@@ -36,10 +36,26 @@ def plan_of(**changes) -> Plan:
 def test_sequential_runs_once_and_every_other_strategy_at_every_batch_size():
     plan = plan_of(evaluate__batch_sizes=[1, 4, 16])
     runs = plan.requested("evaluate")
-    assert GenerationRun("toy", "arith", "sequential", 1, "cpu") in runs
+    assert GenerationRun(0, "toy", "arith", "sequential", 1, "cpu") in runs
     assert len(runs) == 1 + 3 * 3
     assert runs[0].path("evaluate", "metrics.json") == \
-        "results/evaluate/toy/arith/sequential/bs1/cpu/metrics.json"
+        "results/seed0/evaluate/toy/arith/sequential/bs1/cpu/metrics.json"
+
+
+def test_every_seed_is_a_replicate_of_every_run_under_its_own_directory():
+    plan = plan_of(seeds=[0, 3])
+    one = plan_of(seeds=[0])
+    for stage in ("evaluate", "self_consistency"):
+        runs = plan.generation_runs(stage)
+        assert len(runs) == 2 * len(one.generation_runs(stage))
+        assert {run.seed for run in runs} == {0, 3}
+    trained = plan.grpo_runs() + plan.distill_runs()
+    assert len(trained) == 2 * len(one.grpo_runs() + one.distill_runs())
+    assert all(run.path("grpo", "log.csv").startswith(f"results/seed{run.seed}/")
+               for run in trained)
+    students = plan.student_evaluations()
+    assert {(run.seed, run.model) for run in students} == {
+        (seed, model) for seed in (0, 3) for model in {run.model for run in one.student_evaluations()}}
 
 
 def test_memory_budget_skips_the_runs_predicted_not_to_fit_and_says_why():
@@ -94,9 +110,11 @@ def test_students_are_named_after_their_run_and_found_where_it_wrote_them():
     assert student_name("toy", 8, "cpu") == "toy-distilled-bs8-cpu"
     assert student_name("toy", 8, "cuda", 2) == "toy-distilled-bs8-cuda-ws2"
     assert plan.base_model("toy-distilled-bs8-cuda-ws2") == "toy"
-    assert plan.model_dir("toy-distilled-bs8-cuda-ws2", "arith") == \
-        "results/distill/toy/arith/bs8/cuda/ws2/model"
-    assert plan.model_dir("toy", "arith") == "resources/models/toy"
+    assert plan.model_dir("toy-distilled-bs8-cuda-ws2", "arith", 3) == \
+        "results/seed3/distill/toy/arith/bs8/cuda/ws2/model"
+    assert plan.model_dir("toy", "arith", 3) == "results/seed3/pretrain/toy/model"
+    # a downloaded model is the same for every seed: one copy
+    assert plan.model_dir("qwen3-0.6b-base", "arith", 3) == "resources/models/qwen3-0.6b-base"
     assert plan.prompt_style("qwen3-0.6b-reasoning") == "reasoning"
     evaluations = plan.student_evaluations()
     names = {run.model for run in evaluations}
@@ -119,12 +137,12 @@ def test_generation_jobs_ask_host_memory_and_gpus_by_device():
 
 def test_training_jobs_ask_per_rank_memory_cpus_and_gpus():
     plan = plan_of(threads=3)
-    one = plan.training_resources("distill", TrainingRun("toy", "arith", 8, "cpu", 1))
-    two = plan.training_resources("distill", TrainingRun("toy", "arith", 8, "cpu", 2))
+    one = plan.training_resources("distill", TrainingRun(0, "toy", "arith", 8, "cpu", 1))
+    two = plan.training_resources("distill", TrainingRun(0, "toy", "arith", 8, "cpu", 2))
     assert one["cpus_per_task"] == 3 and two["cpus_per_task"] == 6
     assert one["gpu"] == two["gpu"] == 0
     assert two["mem_mb"] > one["mem_mb"]
-    cuda = plan.training_resources("grpo", TrainingRun("toy", "arith", 8, "cuda", 2, "batched_stop"))
+    cuda = plan.training_resources("grpo", TrainingRun(0, "toy", "arith", 8, "cuda", 2, "batched_stop"))
     assert cuda["gpu"] == 2
 
 

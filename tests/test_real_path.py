@@ -82,7 +82,7 @@ def test_the_qwen_config_runs_offline_from_the_hugging_face_cache(hub_cache, tmp
     assert set(table.model) == {"qwen3-0.6b-base", "qwen3-0.6b-reasoning"}
     assert set(table.dataset) == {"math500"} and (table.tokens_per_s > 0).all()
     reasoning = read_json(
-        workdir / "results/evaluate/qwen3-0.6b-reasoning/math500/batched_stop/bs2/cpu/metrics.json")
+        workdir / "results/seed0/evaluate/qwen3-0.6b-reasoning/math500/batched_stop/bs2/cpu/metrics.json")
     assert reasoning["end_token_ids"] == list(ends)  # generation_config.json's two end tokens
     assert reasoning["n_problems"] == 3
     assert (workdir / "resources/models/qwen3-0.6b-base/generation_config.json").is_file()

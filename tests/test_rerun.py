@@ -129,9 +129,9 @@ def test_changed_pretrain_steps_retrains_from_scratch_and_reruns_downstream(work
     assert ran["pretrain"] == 1
     assert {"evaluate", "self_consistency", "grpo", "distill"} <= set(ran)
     assert "make_arith" not in ran and "build_toy_model" not in ran
-    metrics = read_json(workdir / "results/pretrain/toy/metrics.json")
+    metrics = read_json(workdir / "results/seed0/pretrain/toy/metrics.json")
     assert metrics["steps"] == 30 and metrics["resumed_from_step"] == 0
-    assert not (workdir / "results/pretrain/toy/checkpoints").exists()  # a finished run leaves none
+    assert not (workdir / "results/seed0/pretrain/toy/checkpoints").exists()  # a finished run leaves none
 
 
 def test_comment_and_docstring_edits_rerun_nothing(workdir):
@@ -168,7 +168,7 @@ def test_killed_distillation_restarts_from_a_changed_base_model(workdir):
     """Kill a distillation mid-run (and Snakemake with it), change the model it starts from,
     rerun: the stale checkpoint is discarded, training starts from the new base."""
     edit_config(workdir, lambda c: c["distill"].update(epochs=20))
-    target = "results/distill/toy/arith/bs1/cpu/ws1/metrics.json"
+    target = "results/seed0/distill/toy/arith/bs1/cpu/ws1/metrics.json"
     run_dir = workdir / target.removesuffix("/metrics.json")
     cmd = [*SNAKEMAKE, target, "--cores", "1", "--configfile", "tiny.yaml"]
     proc = subprocess.Popen(cmd, cwd=workdir, env=library_env(workdir), start_new_session=True,
@@ -188,5 +188,5 @@ def test_killed_distillation_restarts_from_a_changed_base_model(workdir):
     assert ran["pretrain"] == 1 and ran["distill"] == 1
     metrics = read_json(run_dir / "metrics.json")
     assert metrics["resumed_from_step"] == 0
-    log = (workdir / "results/logs/distill/toy/arith/bs1/cpu/ws1.log").read_text()
+    log = (workdir / "results/seed0/logs/distill/toy/arith/bs1/cpu/ws1.log").read_text()
     assert "discarding checkpoints of another run (changed: start" in log

@@ -1,6 +1,7 @@
 """End-to-end: the workflow on a tiny config, plus parse-time validation and lint."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +39,7 @@ def test_evaluation_table_has_every_run(finished_run):
 
 def test_metrics_record_provenance(finished_run):
     metrics = yaml.safe_load(
-        (finished_run / "results/evaluate/toy/arith/batched/bs3/cpu/metrics.json").read_text())
+        (finished_run / "results/seed0/evaluate/toy/arith/batched/bs3/cpu/metrics.json").read_text())
     assert metrics["seed"] == 0
     assert metrics["config"]["max_new_tokens"] == 8
     assert len(metrics["code_hash"]) == 16
@@ -59,7 +60,7 @@ CURVE_RTOL = 1e-4
     ("distill", "toy/arith/bs4/cpu", ["train_loss", "val_loss"]),
 ])
 def test_two_ranks_learn_what_one_rank_learns(finished_run, stage, run, columns):
-    curves = [pd.read_csv(finished_run / f"results/{stage}/{run}/ws{n}/log.csv") for n in (1, 2)]
+    curves = [pd.read_csv(finished_run / f"results/seed0/{stage}/{run}/ws{n}/log.csv") for n in (1, 2)]
     one, two = curves
     assert len(one) == len(two) > 2 and one.step.tolist() == two.step.tolist()
     if stage == "grpo":  # the same rollouts, step by step
@@ -77,12 +78,47 @@ def test_timed_jobs_never_run_side_by_side(finished_run):
     spans = sorted(
         (metrics["started_at"], metrics["finished_at"], str(path))
         for stage in ("evaluate", "self_consistency", "grpo", "distill")
-        for path in (finished_run / "results" / stage).rglob("metrics.json")
+        for path in (finished_run / "results").glob(f"seed*/{stage}/**/metrics.json")
         for metrics in [json.loads(path.read_text())]
     )
     assert len(spans) > 10
     for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
         assert start >= end, f"{second} started before {first} finished"
+
+
+def test_every_table_says_how_sure_its_accuracies_and_effects_are(finished_run):
+    tables = {stage: pd.read_csv(finished_run / f"results/tables/{stage}.tsv", sep="\t")
+              for stage in ("evaluate", "self_consistency", "grpo", "distill")}
+    for stage, columns in (("evaluate", ["accuracy"]), ("self_consistency", ["vote_accuracy", "vote_gain"]),
+                           ("grpo", ["eval_acc_after", "eval_gain"]), ("distill", ["accuracy_gain"])):
+        table = tables[stage]
+        assert (table.seed == 0).all()
+        for column in columns:
+            assert (table[f"{column}_lo"] <= table[column]).all(), (stage, column)
+            assert (table[column] <= table[f"{column}_hi"]).all(), (stage, column)
+    story = pd.read_csv(finished_run / "results/tables/story.tsv", sep="\t", dtype={"seed": str})
+    assert list(story.seed) == ["0", "mean of 1"]
+    sc = tables["self_consistency"].iloc[0]
+    assert story.vote_gain.iloc[0] == pytest.approx(sc.vote_accuracy - sc.first_sample_accuracy, abs=1e-3)
+    assert "[" in (finished_run / "results/tables/story.md").read_text()
+    assert (finished_run / "results/plots/story.png").stat().st_size > 10_000
+
+
+def test_seeds_are_replicates_that_share_the_data(tmp_path):
+    config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG)) | {"seeds": [0, 1]}
+    plan = snakemake(copy_workflow(tmp_path, config), "-n").stdout
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan, re.M))
+    assert jobs["make_arith"] == "1" and jobs["teacher_traces"] == "1"  # the data: once
+    assert jobs["pretrain"] == "2" and jobs["story_table"] == "1"
+    for seed in (0, 1):
+        assert f"results/seed{seed}/pretrain/toy/model" in plan
+        assert f"results/seed{seed}/distill/toy/arith/bs4/cpu/ws2/metrics.json" in plan
+
+
+def test_the_old_seed_key_says_what_replaced_it(tmp_path):
+    config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG)) | {"seed": 3}
+    out = snakemake(copy_workflow(tmp_path, config), "-n", check=False)
+    assert out.returncode != 0 and "seeds: [3]" in out.stdout + out.stderr
 
 
 def test_second_run_has_nothing_to_do(finished_run):

@@ -122,21 +122,21 @@ def policy_update(model, optimizer, prompts, completions, advantages, pad_token_
     return step_loss, grad_norm.item()
 
 
-def eval_accuracy(model, tokenizer, prompts, answers, max_new_tokens: int) -> float:
-    """Greedy accuracy on held-out problems; with several ranks each scores its share, so no
-    rank waits in a collective while another evaluates alone."""
+def eval_correct(model, tokenizer, prompts, answers, max_new_tokens: int) -> list[int]:
+    """Greedy correctness (1 or 0) on each held-out problem, in order; with several ranks each
+    scores its share, so no rank waits in a collective while another evaluates alone. Kept per
+    problem so that a table can pair a problem's answers before and after training."""
     mine = distributed.shard(range(len(prompts)))
-    correct = 0.0
+    scored = []
     if mine:
         result = generate(
             model, [prompts[i] for i in mine], strategy="batched_stop",
             batch_size=EVAL_BATCH_SIZE, max_new_tokens=max_new_tokens,
             eos_token_id=tokenizer.end_token_ids, pad_token_id=tokenizer.pad_token_id,
         )
-        correct = sum(reward(tokenizer.decode(t), answers[i]) for i, t in zip(mine, result.tokens))
-    (correct,) = distributed.all_reduce([correct])
-    return correct / len(prompts)
-
+        scored = [(i, int(reward(tokenizer.decode(t), answers[i])))
+                  for i, t in zip(mine, result.tokens)]
+    return [correct for _, correct in sorted(sum(distributed.all_gather(scored), []))]
 
 
 def train_grpo(
@@ -185,8 +185,9 @@ def train_grpo(
 
     def evaluate_into(row: dict) -> None:
         tick = time.perf_counter()
-        row["eval_acc"] = eval_accuracy(model, tokenizer, eval_prompts, eval_answers,
-                                        max_new_tokens)
+        correct = eval_correct(model, tokenizer, eval_prompts, eval_answers, max_new_tokens)
+        row["eval_acc"] = sum(correct) / len(correct)
+        row["eval_correct"] = correct
         row["eval_seconds"] = time.perf_counter() - tick
         if main:
             print(f"step {row['step']}: eval accuracy {row['eval_acc']:.3f}", flush=True)
@@ -266,9 +267,9 @@ def train_grpo(
     if not main:
         return None
     save_model(model, out_model, source=model_dir)
-    log = pd.DataFrame(rows).reindex(columns=LOG_COLUMNS)
+    log = pd.DataFrame(rows)
     with atomic_path(log_csv) as tmp:
-        log.to_csv(tmp, index=False)
+        log.reindex(columns=LOG_COLUMNS).to_csv(tmp, index=False)
     world_size = distributed.world_size()
     plot_curve(log, curve_png, f"GRPO {labels['model']} on {labels['dataset']} "
                                f"({strategy}, bs {batch_size}, {device} x {world_size})")
@@ -301,6 +302,9 @@ def summarize(log: pd.DataFrame) -> dict:
         "skipped_updates": int(steps["skipped"].astype(bool).sum()),
         "eval_acc_before": float(evals["eval_acc"].iloc[0]),
         "eval_acc_after": float(evals["eval_acc"].iloc[-1]),
+        # each held-out problem's greedy correctness (1/0 in test order), for paired effects
+        "eval_correct_before": list(evals["eval_correct"].iloc[0]),
+        "eval_correct_after": list(evals["eval_correct"].iloc[-1]),
     }
 
 

@@ -30,10 +30,16 @@ class PlanError(ValueError):
     """A config that cannot be planned; the message names the key and how to fix it."""
 
 
+def seed_dir(seed: int) -> str:
+    """Where one seed's replicate of the experiment writes (every seed-dependent output)."""
+    return f"results/seed{seed}"
+
+
 @dataclass(frozen=True)
 class GenerationRun:
     """One run of a generation stage (evaluation or self-consistency)."""
 
+    seed: int
     model: str
     dataset: str
     strategy: str
@@ -41,14 +47,15 @@ class GenerationRun:
     device: str
 
     def path(self, stage: str, name: str) -> str:
-        return (f"results/{stage}/{self.model}/{self.dataset}/{self.strategy}/bs{self.batch_size}/"
-                f"{self.device}/{name}")
+        return (f"{seed_dir(self.seed)}/{stage}/{self.model}/{self.dataset}/{self.strategy}/"
+                f"bs{self.batch_size}/{self.device}/{name}")
 
 
 @dataclass(frozen=True)
 class TrainingRun:
     """One run of a training stage (GRPO has a rollout strategy, distillation none)."""
 
+    seed: int
     model: str
     dataset: str
     batch_size: int
@@ -58,8 +65,8 @@ class TrainingRun:
 
     def path(self, stage: str, name: str) -> str:
         strategy = f"{self.strategy}/" if self.strategy else ""
-        return (f"results/{stage}/{self.model}/{self.dataset}/{strategy}bs{self.batch_size}/"
-                f"{self.device}/ws{self.world_size}/{name}")
+        return (f"{seed_dir(self.seed)}/{stage}/{self.model}/{self.dataset}/{strategy}"
+                f"bs{self.batch_size}/{self.device}/ws{self.world_size}/{name}")
 
 
 STUDENT = re.compile(
@@ -142,16 +149,18 @@ class Plan:
         match = STUDENT.fullmatch(model)
         return match["base"] if match and match["base"] in self.config["models"] else model
 
-    def model_dir(self, model: str, dataset: str) -> str:
+    def model_dir(self, model: str, dataset: str, seed: int) -> str:
         """Where a model's checkpoint is: a distilled student's training output (it is
-        evaluated on the dataset it learned), a local directory, or the workflow's own copy of a
-        hub or toy model."""
+        evaluated on the dataset it learned), the toy pretrained with `seed`, a local directory,
+        or the workflow's copy of a hub model (the last two are the same for every seed)."""
         match = STUDENT.fullmatch(model)
         if match and match["base"] in self.config["models"]:
-            run = TrainingRun(match["base"], dataset, int(match["batch_size"]), match["device"],
-                              int(match["world_size"] or 1))
+            run = TrainingRun(seed, match["base"], dataset, int(match["batch_size"]),
+                              match["device"], int(match["world_size"] or 1))
             return run.path("distill", "model")
         entry = self.config["models"][model]
+        if entry["source"] == "toy":
+            return f"{seed_dir(seed)}/pretrain/{model}/model"
         return entry["path"] if entry["source"] == "local" else f"resources/models/{model}"
 
     def prompt_style(self, model: str) -> str:
@@ -175,7 +184,8 @@ class Plan:
         """Every run a generation stage's config asks for. `sequential` is one sequence at a
         time whatever the batch size, so it runs once (size 1)."""
         cfg = self.config[stage]
-        return [GenerationRun(model, dataset, strategy, batch_size, device)
+        return [GenerationRun(seed, model, dataset, strategy, batch_size, device)
+                for seed in self.config["seeds"]
                 for model in cfg["models"] for dataset in cfg["datasets"]
                 for device in cfg["devices"] for strategy in cfg["strategies"]
                 for batch_size in ([1] if strategy == "sequential" else cfg["batch_sizes"])]
@@ -223,7 +233,8 @@ class Plan:
             if predicted is not None:
                 budget = self.config["memory_budget_mb"][run.device]
                 rows.append({
-                    "model": run.model, "dataset": run.dataset, "strategy": run.strategy,
+                    "seed": run.seed, "model": run.model, "dataset": run.dataset,
+                    "strategy": run.strategy,
                     "batch_size": run.batch_size, "device": run.device,
                     "dtype": self.config["dtype"][run.device], "predicted_mem_mb": round(predicted),
                     "note": f"skipped: predicted {predicted:.0f} MB > budget {budget:g} MB",
@@ -234,7 +245,8 @@ class Plan:
 
     def grpo_runs(self) -> list[TrainingRun]:
         cfg = self.config["grpo"]
-        return [TrainingRun(model, dataset, batch_size, device, world_size, strategy)
+        return [TrainingRun(seed, model, dataset, batch_size, device, world_size, strategy)
+                for seed in self.config["seeds"]
                 for model in cfg["models"] for dataset in cfg["datasets"]
                 for device in cfg["devices"] for strategy in cfg["strategies"]
                 for batch_size in ([1] if strategy == "sequential" else cfg["batch_sizes"])
@@ -242,7 +254,8 @@ class Plan:
 
     def distill_runs(self) -> list[TrainingRun]:
         cfg = self.config["distill"]
-        return [TrainingRun(model, dataset, batch_size, device, world_size)
+        return [TrainingRun(seed, model, dataset, batch_size, device, world_size)
+                for seed in self.config["seeds"]
                 for model in cfg["models"] for dataset in cfg["datasets"]
                 for device in cfg["devices"] for batch_size in cfg["batch_sizes"]
                 for world_size in cfg["world_sizes"]]
@@ -255,8 +268,9 @@ class Plan:
         for run in self.distill_runs():
             for name in (run.model, student_name(run.model, run.batch_size, run.device,
                                                  run.world_size)):
-                runs.add(GenerationRun(name, run.dataset, "batched_stop", size, run.device))
-        return sorted(runs, key=lambda r: (r.model, r.dataset, r.device))
+                runs.add(GenerationRun(run.seed, name, run.dataset, "batched_stop", size,
+                                       run.device))
+        return sorted(runs, key=lambda r: (r.seed, r.model, r.dataset, r.device))
 
     # --- what a job asks a scheduler for ----------------------------------------------------
 

@@ -13,10 +13,18 @@ import pandas as pd
 from .io import atomic_path, read_json, read_jsonl
 from .plan import student_name
 from .plots import moving_average, save_figure, subplots
+from .stats import includes_zero, paired_difference, wilson_interval
 
-RUN_KEYS = ["model", "dataset", "strategy", "batch_size", "device", "dtype"]
+RUN_KEYS = ["seed", "model", "dataset", "strategy", "batch_size", "device", "dtype"]
 GRPO_KEYS = RUN_KEYS + ["world_size"]
-DISTILL_KEYS = ["model", "dataset", "batch_size", "device", "world_size", "dtype"]
+DISTILL_KEYS = ["seed", "model", "dataset", "batch_size", "device", "world_size", "dtype"]
+# A run's setup within a seed: runs that differ only in strategy, batch size or ranks.
+SETUP = ["seed", "model", "dataset", "device"]
+# Paired effects of a stage on the same held-out problems, each with a 95% interval (`_lo`,
+# `_hi`); a Markdown table marks those whose interval includes 0.
+EFFECTS = ("vote_gain", "eval_gain", "accuracy_gain")
+NO_EFFECT_MARK = "†"
+NO_EFFECT_NOTE = f"{NO_EFFECT_MARK} the effect's 95% interval includes 0: these problems cannot tell it from none."
 
 
 def load_runs(metrics_paths: list[str]) -> pd.DataFrame:
@@ -30,8 +38,8 @@ def mark_best(table: pd.DataFrame, group: list[str], by: str) -> pd.Series:
 
 
 def sequential_baseline(runs: pd.DataFrame, run: pd.Series,
-                        same_setup=("model", "dataset", "device", "dtype")) -> pd.Series | None:
-    """The `sequential` run of the same model, dataset, device and dtype as `run`, if any."""
+                        same_setup=("seed", "model", "dataset", "device", "dtype")) -> pd.Series | None:
+    """The `sequential` run of the same seed, model, dataset, device and dtype as `run`."""
     return matching(runs, run, list(same_setup), strategy="sequential")
 
 
@@ -56,9 +64,21 @@ def with_skipped(rows: list[dict], skipped: list[dict]) -> pd.DataFrame:
     table = pd.DataFrame([r | {"note": ""} for r in rows] + list(skipped))
     table = table.reindex(columns=list(dict.fromkeys(RUN_KEYS + list(table.columns))))
     table = table.sort_values(RUN_KEYS, ignore_index=True)
-    table["best"] = mark_best(table, ["model", "dataset", "device"], "tokens_per_s").map(
-        {True: "best", False: ""})
+    table["best"] = mark_best(table, SETUP, "tokens_per_s").map({True: "best", False: ""})
     return table
+
+
+def with_interval(correct: list, prefix: str) -> dict:
+    """`prefix`, `prefix_lo`, `prefix_hi`: an accuracy over per-problem correctness and its 95%
+    Wilson interval."""
+    low, high = wilson_interval(int(sum(correct)), len(correct))
+    return {prefix: sum(correct) / len(correct), f"{prefix}_lo": low, f"{prefix}_hi": high}
+
+
+def with_paired_effect(after: list, before: list, name: str) -> dict:
+    """`name`, `name_lo`, `name_hi`: mean per-problem `after - before` and its paired interval."""
+    mean, low, high = paired_difference(after, before)
+    return {name: mean, f"{name}_lo": low, f"{name}_hi": high}
 
 
 # A greedy pick whose top-two logit margin is below this may flip under the rounding that another
@@ -86,11 +106,11 @@ def evaluate_table(metrics_paths: list[str], records_paths: list[str],
     records = [read_jsonl(p) for p in records_paths]
     runs["outputs"] = [[r["generated_ids"] for r in run] for run in records]
     runs["margins"] = [[r.get("margins", []) for r in run] for run in records]
+    runs["correct"] = [[int(r["correct"]) for r in run] for run in records]
     rows = []
     for _, run in runs.iterrows():
         base = sequential_baseline(runs, run)
-        row = {k: run[k] for k in RUN_KEYS} | {
-            "accuracy": run["accuracy"],
+        row = {k: run[k] for k in RUN_KEYS} | with_interval(run["correct"], "accuracy") | {
             **{f"acc_L{level}": acc for level, acc in run["accuracy_by_level"].items()},
             "truncated": run["truncated"],
             "time_s": run["wall_seconds"],
@@ -118,7 +138,20 @@ def evaluate_table(metrics_paths: list[str], records_paths: list[str],
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """The table in Markdown, with empty cells where values are missing."""
+    """The table in Markdown, with empty cells where values are missing. A value with an
+    interval (`x`, `x_lo`, `x_hi`) is one cell, `x [lo, hi]`; an effect whose interval includes
+    0 is marked."""
+    table = table.copy()
+    for column in [c for c in table.columns if f"{c}_lo" in table and f"{c}_hi" in table]:
+        effect = column in EFFECTS
+        table[column] = [
+            "" if pd.isna(value) else
+            (f"{value:+.3f} [{low:+.3f}, {high:+.3f}]" if effect else
+             f"{value:.3f} [{low:.3f}, {high:.3f}]")
+            + (f" {NO_EFFECT_MARK}" if effect and not pd.isna(value) and includes_zero(low, high)
+               else "")
+            for value, low, high in zip(table[column], table[f"{column}_lo"], table[f"{column}_hi"])]
+        table = table.drop(columns=[f"{column}_lo", f"{column}_hi"])
     return table.astype(object).where(table.notna(), None).to_markdown(
         index=False, floatfmt=".4g", missingval="")
 
@@ -128,8 +161,9 @@ def best_lines(table: pd.DataFrame) -> list[str]:
     lines = []
     for _, row in table[table.get("best", "") == "best"].iterrows():
         ranks = f", {row['world_size']} ranks" if row.get("world_size", 1) > 1 else ""
+        seed = f" (seed {row['seed']})" if table["seed"].nunique() > 1 else ""
         lines.append(
-            f"- Best on **{row['device']}** for {row['model']} / {row['dataset']}: "
+            f"- Best on **{row['device']}** for {row['model']} / {row['dataset']}{seed}: "
             f"`{row['strategy']}` at batch size **{row['batch_size']}** ({row['dtype']}{ranks}), "
             f"{row['tokens_per_s']:.1f} tokens/s.")
     if table.get("note", pd.Series(dtype=str)).astype(str).str.startswith("skipped").any():
@@ -140,6 +174,8 @@ def best_lines(table: pd.DataFrame) -> list[str]:
 
 def write_table(table: pd.DataFrame, tsv: str, md: str, title: str, notes: list[str]) -> None:
     """The table as TSV, and as Markdown under `title` with `notes` below it."""
+    if any(f"{effect}_lo" in table for effect in EFFECTS):
+        notes = [*notes, NO_EFFECT_NOTE]
     with atomic_path(tsv) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.4g")
     with atomic_path(md) as tmp:
@@ -149,12 +185,13 @@ def write_table(table: pd.DataFrame, tsv: str, md: str, title: str, notes: list[
 def plot_throughput(table: pd.DataFrame, png: str, title: str) -> None:
     """Tokens/s and peak memory against batch size, one line per device and strategy."""
     fig, (speed, memory) = subplots(1, 2, figsize=(11, 4))
-    for (model, dataset, device, strategy), group in table.groupby(
-        ["model", "dataset", "device", "strategy"]
+    for (seed, model, dataset, device, strategy), group in table.groupby(
+        ["seed", "model", "dataset", "device", "strategy"]
     ):
         group = group.sort_values("batch_size")
         label = f"{device} {strategy}" + (f" ({model}/{dataset})" if table["model"].nunique() > 1
                                           or table["dataset"].nunique() > 1 else "")
+        label += f" seed {seed}" if table["seed"].nunique() > 1 else ""
         style = "o" if len(group) == 1 else "o-"
         speed.plot(group["batch_size"], group["tokens_per_s"], style, label=label)
         memory.plot(group["batch_size"], group["peak_mem_mb"], style, label=label)
@@ -174,7 +211,8 @@ def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
     runs = pd.DataFrame([read_json(p) for p in metrics_paths])
     rows = []
     for _, run in runs.iterrows():
-        base = sequential_baseline(runs, run, ("model", "dataset", "device", "dtype", "world_size"))
+        base = sequential_baseline(runs, run,
+                                   ("seed", "model", "dataset", "device", "dtype", "world_size"))
         rows.append({k: run[k] for k in GRPO_KEYS} | {
             "time_s": run["train_seconds"],
             "s_per_step": run["train_seconds"] / run["steps"],
@@ -186,14 +224,15 @@ def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
             "reward_first_quarter": run["reward_first_quarter"],
             "reward_final": run["reward_last_quarter"],
             "eval_acc_before": run["eval_acc_before"],
-            "eval_acc_after": run["eval_acc_after"],
+            **with_interval(run["eval_correct_after"], "eval_acc_after"),
+            **with_paired_effect(run["eval_correct_after"], run["eval_correct_before"],
+                                 "eval_gain"),
             "skipped_updates": run["skipped_updates"],
             "speedup_vs_sequential": (base["train_seconds"] / run["train_seconds"]
                                       if base is not None else None),
         })
     table = pd.DataFrame(rows).sort_values(GRPO_KEYS, ignore_index=True)
-    table["best"] = mark_best(table, ["model", "dataset", "device"], "tokens_per_s").map(
-        {True: "best", False: ""})
+    table["best"] = mark_best(table, SETUP, "tokens_per_s").map({True: "best", False: ""})
     return table
 
 
@@ -202,6 +241,7 @@ def plot_grpo(metrics_paths: list[str], log_paths: list[str], png: str, title: s
     rollout generation and policy update."""
     runs = [read_json(p) for p in metrics_paths]
     several_setups = len({(run["model"], run["dataset"]) for run in runs}) > 1
+    several_seeds = len({run["seed"] for run in runs}) > 1
     fig, (reward_ax, eval_ax, time_ax) = subplots(1, 3, figsize=(15, 4))
     names, gen, update = [], [], []
     for run, log_path in zip(runs, log_paths):
@@ -211,6 +251,8 @@ def plot_grpo(metrics_paths: list[str], log_paths: list[str], png: str, title: s
             name += f" x{run['world_size']} ranks"
         if several_setups:
             name += f" ({run['model']}/{run['dataset']})"
+        if several_seeds:
+            name += f" seed {run['seed']}"
         steps = log[log["step"] > 0]
         evals = log.dropna(subset=["eval_acc"])
         reward_ax.plot(steps["step"], moving_average(steps["reward_avg"]), label=name)
@@ -239,14 +281,18 @@ def self_consistency_table(metrics_paths: list[str], records_paths: list[str],
     """One row per run, compared with the sequential run of the same model, data and device;
     `skipped` runs get a row and a note."""
     runs = pd.DataFrame([read_json(p) for p in metrics_paths])
-    runs["winners"] = [[r["winner"] for r in read_jsonl(p)] for p in records_paths]
+    records = [read_jsonl(p) for p in records_paths]
+    runs["winners"] = [[r["winner"] for r in run] for run in records]
+    runs["correct"] = [[int(r["correct"]) for r in run] for run in records]
+    runs["first_correct"] = [[int(r["first_sample_correct"]) for r in run] for run in records]
     rows = []
     for _, run in runs.iterrows():
         base = sequential_baseline(runs, run)
         row = {k: run[k] for k in RUN_KEYS} | {
             "num_samples": run["num_samples"],
-            "vote_accuracy": run["accuracy"],
+            **with_interval(run["correct"], "vote_accuracy"),
             "first_sample_accuracy": run["first_sample_accuracy"],
+            **with_paired_effect(run["correct"], run["first_correct"], "vote_gain"),
             "mean_agreement": run["mean_agreement"],
             "samples_used": run["samples_used"],
             "samples_saved": run["samples_saved"],
@@ -281,23 +327,23 @@ def plot_self_consistency(table: pd.DataFrame, records_paths: list[str], png: st
     shown = set()
     for path in sorted(records_paths):
         metrics = read_json(Path(path).with_name("metrics.json"))
-        setup = (metrics["model"], metrics["dataset"], metrics["device"])
+        setup = (metrics["model"], metrics["dataset"], metrics["device"], f"seed {metrics['seed']}")
         if setup in shown:
             continue
         shown.add(setup)
         k = range(1, metrics["num_samples"] + 1)
-        votes.plot(k, metrics["accuracy_at_k"], "o-",
-                   label=" / ".join(setup))
+        votes.plot(k, metrics["accuracy_at_k"], "o-", label=" / ".join(setup))
     votes.xaxis.get_major_locator().set_params(integer=True)
     votes.set_xlabel("samples voted on (k)")
     votes.set_ylabel("vote accuracy")
     votes.set_ylim(-0.02, 1.02)
-    for (model, dataset, device, strategy), group in table.groupby(
-        ["model", "dataset", "device", "strategy"]
+    for (seed, model, dataset, device, strategy), group in table.groupby(
+        ["seed", "model", "dataset", "device", "strategy"]
     ):
         group = group.sort_values("batch_size")
         several = table["model"].nunique() > 1 or table["dataset"].nunique() > 1
         label = f"{device} {strategy}" + (f" ({model}/{dataset})" if several else "")
+        label += f" seed {seed}" if table["seed"].nunique() > 1 else ""
         speed.plot(group["batch_size"], group["tokens_per_s"], "o" if len(group) == 1 else "o-",
                    label=label)
     speed.set_xscale("log", base=2)
@@ -310,16 +356,19 @@ def plot_self_consistency(table: pd.DataFrame, records_paths: list[str], png: st
     save_figure(fig, png)
 
 
-def evaluations(eval_metrics_paths: list[str]) -> dict[tuple[str, str, str], dict]:
-    """{(model, dataset, device): its evaluation's metrics} from evaluation metrics files.
+def evaluations(eval_metrics_paths: list[str]) -> dict[tuple, dict]:
+    """{(seed, model, dataset, device): its evaluation's metrics, with each problem's
+    correctness (`correct`, from the records.jsonl beside the metrics)}.
 
     Several files for one key must agree on accuracy (e.g. float32 runs of any strategy);
     disagreeing ones raise rather than have one picked silently.
     """
-    found: dict[tuple[str, str, str], dict] = {}
+    found: dict[tuple, dict] = {}
     for path in eval_metrics_paths:
         metrics = read_json(path) | {"path": str(path)}
-        key = (metrics["model"], metrics["dataset"], metrics["device"])
+        metrics["correct"] = [int(r["correct"])
+                              for r in read_jsonl(Path(path).with_name("records.jsonl"))]
+        key = (metrics["seed"], metrics["model"], metrics["dataset"], metrics["device"])
         if key in found and found[key]["accuracy"] != metrics["accuracy"]:
             raise ValueError(f"{key}: accuracy {found[key]['accuracy']} in {found[key]['path']} "
                              f"but {metrics['accuracy']} in {path}; pass one evaluation per model")
@@ -328,24 +377,29 @@ def evaluations(eval_metrics_paths: list[str]) -> dict[tuple[str, str, str], dic
 
 
 def distill_table(metrics_paths: list[str],
-                  evaluated: dict[tuple[str, str, str], dict] | None = None) -> pd.DataFrame:
-    """One row per distillation run: cost (time, tokens/s, padding, memory) and effect (losses).
+                  evaluated: dict[tuple, dict] | None = None) -> pd.DataFrame:
+    """One row per distillation run: cost (time, tokens/s, padding, memory) and effect (losses,
+    and the student's accuracy against its base's on the same problems, paired).
 
-    `evaluated` maps (model name, dataset, device) to evaluation metrics (`evaluations`), for
+    `evaluated` maps (seed, model name, dataset, device) to evaluation metrics (`evaluations`), for
     base models and students (named by `student_name`) alike; runs it does not cover get empty
     accuracy cells. `student_truncated` counts the student's answers cut off by the generation
     budget, which must fit the traces it learned to write.
     """
     evaluated = evaluated or {}
     missing = {"accuracy": math.nan, "truncated": math.nan}
+    no_effect = {"accuracy_gain": math.nan, "accuracy_gain_lo": math.nan,
+                 "accuracy_gain_hi": math.nan}
     runs = pd.DataFrame([read_json(p) for p in metrics_paths])
     rows = []
     for _, run in runs.iterrows():
-        bs1 = matching(runs, run, ["model", "dataset", "device", "world_size"], batch_size=1)
+        bs1 = matching(runs, run, ["seed", "model", "dataset", "device", "world_size"],
+                       batch_size=1)
         student = student_name(run["model"], run["batch_size"], run["device"], run["world_size"])
-        base = evaluated.get((run["model"], run["dataset"], run["device"]), missing)
-        learned = evaluated.get((student, run["dataset"], run["device"]), missing)
-        base_acc, student_acc = base["accuracy"], learned["accuracy"]
+        base = evaluated.get((run["seed"], run["model"], run["dataset"], run["device"]), missing)
+        learned = evaluated.get((run["seed"], student, run["dataset"], run["device"]), missing)
+        gain = (with_paired_effect(learned["correct"], base["correct"], "accuracy_gain")
+                if "correct" in base and "correct" in learned else no_effect)
         rows.append({k: run[k] for k in DISTILL_KEYS} | {
             "student": student,
             "n_train": run["n_train"],
@@ -355,7 +409,7 @@ def distill_table(metrics_paths: list[str],
             "speedup_vs_bs1": (run["tokens_per_second"] / bs1["tokens_per_second"]
                                if bs1 is not None else math.nan),
             "scaling_vs_1_rank": single_rank_scaling(
-                runs, run, ["model", "dataset", "device", "batch_size"]),
+                runs, run, ["seed", "model", "dataset", "device", "batch_size"]),
             "pad_fraction": run["pad_fraction"],
             "pad_fraction_unsorted": run["pad_fraction_unsorted"],
             "peak_mem_mb": run["peak_memory_mb"],
@@ -363,20 +417,21 @@ def distill_table(metrics_paths: list[str],
             "final_val_loss": run["final_val_loss"],
             "dropped_too_long": run["n_too_long"],
             "malformed": run["n_malformed"],
-            "base_accuracy": base_acc,
-            "student_accuracy": student_acc,
-            "accuracy_gain": student_acc - base_acc,
+            "base_accuracy": base["accuracy"],
+            "student_accuracy": learned["accuracy"],
+            **gain,
             "student_truncated": learned.get("truncated", math.nan),
         })
-    return pd.DataFrame(rows).sort_values(DISTILL_KEYS[:5], ignore_index=True)
+    return pd.DataFrame(rows).sort_values(DISTILL_KEYS[:6], ignore_index=True)
 
 
 def distill_lines(table: pd.DataFrame) -> list[str]:
     """The fastest run per model, dataset and device, and what it learned."""
     lines = []
-    for (model, dataset, device), group in table.groupby(["model", "dataset", "device"]):
+    for (seed, model, dataset, device), group in table.groupby(SETUP):
         best = group.loc[group["tokens_per_s"].idxmax()]
-        lines.append(f"- Fastest on **{device}** for {model} / {dataset}: batch size "
+        which = f" (seed {seed})" if table["seed"].nunique() > 1 else ""
+        lines.append(f"- Fastest on **{device}** for {model} / {dataset}{which}: batch size "
                      f"**{best['batch_size']}** on {best['world_size']} rank(s), "
                      f"{best['tokens_per_s']:.0f} tokens/s, final "
                      f"validation loss {best['final_val_loss']:.3f} "
@@ -388,11 +443,11 @@ def plot_distill(metrics_paths: list[str], log_paths: list[str], png: str) -> No
     """Validation loss against examples seen, one panel per model/dataset/device, one line per
     batch size: with the objective equal across sizes, the curves should nearly coincide."""
     runs = [(read_json(m), pd.read_csv(log)) for m, log in zip(metrics_paths, log_paths)]
-    panels = sorted({(m["model"], m["dataset"], m["device"]) for m, _ in runs})
+    panels = sorted({(f"seed {m['seed']}", m["model"], m["dataset"], m["device"]) for m, _ in runs})
     fig, axes = subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
     for ax, panel in zip(axes[0], panels):
-        for metrics, log in sorted((r for r in runs if (r[0]["model"], r[0]["dataset"],
-                                                        r[0]["device"]) == panel),
+        for metrics, log in sorted((r for r in runs if (f"seed {r[0]['seed']}", r[0]["model"],
+                                                        r[0]["dataset"], r[0]["device"]) == panel),
                                    key=lambda r: (r[0]["batch_size"], r[0]["world_size"])):
             val = log.dropna(subset=["val_loss"])
             seen = log["examples"].fillna(0).cumsum().loc[val.index]

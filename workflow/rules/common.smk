@@ -7,6 +7,13 @@ from snakemake.utils import validate
 from batched_reasoning.plan import Plan, PlanError, TrainingRun
 from batched_reasoning.provenance import script_code_hash
 
+if "seed" in config:
+    raise WorkflowError(
+        "config: `seed` is now `seeds`, a list of replicates, each under results/seed<N>/; "
+        f"write seeds: [{config['seed']}] (or --config seeds=[{config['seed']}])"
+    )
+# `--config seeds=[0,1]` arrives as a list of strings
+config["seeds"] = [int(s) if str(s).isdigit() else s for s in config.get("seeds", [0])]
 validate(config, "../schemas/config.schema.yaml")
 try:
     PLAN = Plan(config)  # what runs, what is skipped and why, what each job asks for
@@ -27,6 +34,7 @@ CODE = {
 
 
 wildcard_constraints:
+    seed=r"[0-9]+",
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     strategy=r"sequential|batched|batched_stop|continuous",
@@ -51,7 +59,7 @@ def paths(runs, stage, name):
 
 
 def model_input(wildcards):
-    return PLAN.model_dir(wildcards.model, wildcards.dataset)
+    return PLAN.model_dir(wildcards.model, wildcards.dataset, int(wildcards.seed))
 
 
 def prompt_style_of(wildcards):
@@ -60,6 +68,10 @@ def prompt_style_of(wildcards):
 
 def dataset_file(wildcards):
     return f"resources/data/{wildcards.dataset}/test.jsonl"
+
+
+def seed_of(wildcards):
+    return int(wildcards.seed)
 
 
 def dtype_of(wildcards):
@@ -79,6 +91,7 @@ def generation_resource(stage, key):
 def training_resource(stage, key):
     def value(wildcards, attempt):
         run = TrainingRun(
+            int(wildcards.seed),
             wildcards.model,
             wildcards.dataset,
             int(wildcards.batch_size),

@@ -15,7 +15,7 @@ rule make_arith:
     params:
         n_train=lambda w: config["datasets"][w.dataset]["n_train"],
         n_test=lambda w: config["datasets"][w.dataset]["n_test"],
-        seed=config["seed"],
+        seed=lambda w: config["datasets"][w.dataset].get("seed", 0),
         code=CODE["make_arith"],
     script:
         "../scripts/make_arith.py"

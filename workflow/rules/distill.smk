@@ -25,20 +25,20 @@ rule distill:
         teacher="resources/teacher/{dataset}.json",
     output:
         model=directory(
-            "results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/model"
+            "results/seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/model"
         ),
-        log_csv="results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/log.csv",
-        metrics="results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/metrics.json",
+        log_csv="results/seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/log.csv",
+        metrics="results/seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/metrics.json",
         curve=report(
-            "results/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/curve.png",
+            "results/seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/curve.png",
             caption="../report/distill_curve.rst",
             category="Distillation",
             subcategory="Loss curves",
         ),
     log:
-        "results/logs/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.log",
+        "results/seed{seed}/logs/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.log",
     benchmark:
-        "results/benchmarks/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.tsv"
+        "results/seed{seed}/benchmarks/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.tsv"
     threads: training_resource("distill", "cpus_per_task")
     resources:
         **PARTITION,
@@ -62,7 +62,7 @@ rule distill:
         log_every=DISTILL["log_every"],
         checkpoint_every=DISTILL["checkpoint_every"],
         teacher=DISTILL["teacher"],
-        seed=config["seed"],
+        seed=seed_of,
         code=CODE["distill"],
     script:
         "../scripts/distill.py"

@@ -2,15 +2,15 @@ rule evaluate:
     input:
         model=model_input,
         records=dataset_file,
-        batches="results/tokenized/{model}/{dataset}/bs{batch_size}.safetensors",
-        stats="results/tokenized/{model}/{dataset}/bs{batch_size}.stats.json",
+        batches="results/seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.safetensors",
+        stats="results/seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.stats.json",
     output:
-        records="results/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl",
-        metrics="results/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json",
+        records="results/seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl",
+        metrics="results/seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json",
     log:
-        "results/logs/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log",
+        "results/seed{seed}/logs/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log",
     benchmark:
-        "results/benchmarks/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
+        "results/seed{seed}/benchmarks/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
     threads: config["threads"]
     resources:
         **PARTITION,
@@ -22,7 +22,7 @@ rule evaluate:
         dtype=dtype_of,
         max_new_tokens=EVAL["max_new_tokens"],
         prompt_style=prompt_style_of,
-        seed=config["seed"],
+        seed=seed_of,
         code=CODE["evaluate"],
     script:
         "../scripts/evaluate.py"

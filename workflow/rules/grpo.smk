@@ -1,6 +1,4 @@
-GRPO_DIR = (
-    "results/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}"
-)
+GRPO_DIR = "results/seed{seed}/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}"
 
 
 rule grpo:
@@ -19,9 +17,9 @@ rule grpo:
         ),
         model=directory(f"{GRPO_DIR}/model"),
     log:
-        "results/logs/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.log",
+        "results/seed{seed}/logs/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.log",
     benchmark:
-        "results/benchmarks/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.tsv"
+        "results/seed{seed}/benchmarks/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.tsv"
     threads: training_resource("grpo", "cpus_per_task")
     resources:
         **PARTITION,
@@ -49,7 +47,7 @@ rule grpo:
         train_problems=GRPO["train_problems"],
         skip_zero_advantage=GRPO["skip_zero_advantage"],
         prompt_style=prompt_style_of,
-        seed=config["seed"],
+        seed=seed_of,
         code=CODE["grpo"],
     script:
         "../scripts/grpo.py"

@@ -25,11 +25,11 @@ rule build_toy_model:
     input:
         train="resources/data/arith/train.jsonl",
     output:
-        init=directory("results/pretrain/{model}/init"),
+        init=directory("results/seed{seed}/pretrain/{model}/init"),
     log:
-        "results/logs/build_toy_model/{model}.log",
+        "results/seed{seed}/logs/build_toy_model/{model}.log",
     benchmark:
-        "results/benchmarks/build_toy_model/{model}.tsv"
+        "results/seed{seed}/benchmarks/build_toy_model/{model}.tsv"
     wildcard_constraints:
         model=alternation(names_of("toy", "models")),
     threads: 1
@@ -38,7 +38,7 @@ rule build_toy_model:
         runtime="10m",
     params:
         architecture=config["toy"],
-        seed=config["seed"],
+        seed=seed_of,
         code=CODE["build_toy_model"],
     script:
         "../scripts/build_toy_model.py"
@@ -46,21 +46,21 @@ rule build_toy_model:
 
 rule pretrain:
     input:
-        init="results/pretrain/{model}/init",
+        init="results/seed{seed}/pretrain/{model}/init",
         train="resources/data/arith/train.jsonl",
     output:
-        model=directory("resources/models/{model}"),
-        log_csv="results/pretrain/{model}/log.csv",
-        metrics="results/pretrain/{model}/metrics.json",
+        model=directory("results/seed{seed}/pretrain/{model}/model"),
+        log_csv="results/seed{seed}/pretrain/{model}/log.csv",
+        metrics="results/seed{seed}/pretrain/{model}/metrics.json",
         plot=report(
-            "results/pretrain/{model}/loss.png",
+            "results/seed{seed}/pretrain/{model}/loss.png",
             caption="../report/pretrain.rst",
             category="Pretraining",
         ),
     log:
-        "results/logs/pretrain/{model}.log",
+        "results/seed{seed}/logs/pretrain/{model}.log",
     benchmark:
-        "results/benchmarks/pretrain/{model}.tsv"
+        "results/seed{seed}/benchmarks/pretrain/{model}.tsv"
     wildcard_constraints:
         model=alternation(names_of("toy", "models")),
     threads: config["threads"]
@@ -69,7 +69,7 @@ rule pretrain:
         runtime="1h",
         gpu=1 if config["pretrain"]["device"] == "cuda" else 0,
     params:
-        checkpoints=lambda w: f"results/pretrain/{w.model}/checkpoints",
+        checkpoints="results/seed{seed}/pretrain/{model}/checkpoints",
         steps=config["pretrain"]["steps"],
         batch_size=config["pretrain"]["batch_size"],
         lr=config["pretrain"]["lr"],
@@ -78,7 +78,7 @@ rule pretrain:
         worked_share=config["pretrain"]["worked_share"],
         checkpoint_every=config["pretrain"]["checkpoint_every"],
         device=config["pretrain"]["device"],
-        seed=config["seed"],
+        seed=seed_of,
         code=CODE["pretrain"],
     script:
         "../scripts/pretrain.py"

@@ -3,12 +3,12 @@ rule self_consistency:
         model=model_input,
         records=dataset_file,
     output:
-        records="results/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl",
-        metrics="results/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json",
+        records="results/seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl",
+        metrics="results/seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json",
     log:
-        "results/logs/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log",
+        "results/seed{seed}/logs/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log",
     benchmark:
-        "results/benchmarks/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
+        "results/seed{seed}/benchmarks/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
     threads: config["threads"]
     resources:
         **PARTITION,
@@ -26,7 +26,7 @@ rule self_consistency:
         prompt_suffix=SC["prompt_suffix"],
         early_stop=SC["early_stop"],
         limit=SC["limit"],
-        seed=config["seed"],
+        seed=seed_of,
         code=CODE["self_consistency"],
     script:
         "../scripts/self_consistency.py"

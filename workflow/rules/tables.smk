@@ -22,6 +22,9 @@ TABLE_INPUTS = {
         "metrics": paths(PLAN.distill_runs(), "distill", "metrics.json"),
         "logs": paths(PLAN.distill_runs(), "distill", "log.csv"),
         "evaluations": paths(PLAN.student_evaluations(), "evaluate", "metrics.json"),
+        "evaluation_records": paths(
+            PLAN.student_evaluations(), "evaluate", "records.jsonl"
+        ),
     },
 }
 TABLE_CATEGORIES = {
@@ -70,3 +73,39 @@ for stage, category in TABLE_CATEGORIES.items():
             code=CODE["table"],
         script:
             "../scripts/table.py"
+
+
+rule story_table:
+    input:
+        self_consistency="results/tables/self_consistency.tsv",
+        grpo="results/tables/grpo.tsv",
+        distill="results/tables/distill.tsv",
+    output:
+        tsv=report(
+            "results/tables/story.tsv",
+            caption="../report/story_table.rst",
+            category="Story",
+        ),
+        md=report(
+            "results/tables/story.md",
+            caption="../report/story_table.rst",
+            category="Story",
+        ),
+        plot=report(
+            "results/plots/story.png",
+            caption="../report/story_plot.rst",
+            category="Story",
+        ),
+    log:
+        "results/logs/tables/story.log",
+    benchmark:
+        "results/benchmarks/tables/story.tsv"
+    localrule: True
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime="10m",
+    params:
+        code=CODE["story"],
+    script:
+        "../scripts/story.py"

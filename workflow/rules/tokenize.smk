@@ -3,12 +3,12 @@ rule tokenize:
         model=model_input,
         records=dataset_file,
     output:
-        batches="results/tokenized/{model}/{dataset}/bs{batch_size}.safetensors",
-        stats="results/tokenized/{model}/{dataset}/bs{batch_size}.stats.json",
+        batches="results/seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.safetensors",
+        stats="results/seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.stats.json",
     log:
-        "results/logs/tokenize/{model}/{dataset}/bs{batch_size}.log",
+        "results/seed{seed}/logs/tokenize/{model}/{dataset}/bs{batch_size}.log",
     benchmark:
-        "results/benchmarks/tokenize/{model}/{dataset}/bs{batch_size}.tsv"
+        "results/seed{seed}/benchmarks/tokenize/{model}/{dataset}/bs{batch_size}.tsv"
     threads: 1
     resources:
         mem_mb=1000,
