@@ -8,7 +8,7 @@ import pytest
 from batched_reasoning import grading
 from batched_reasoning.arith import CHAIN_LENGTHS, LARGEST, make_arith
 
-STEP = re.compile(r"^(\d)([+\-*/])(\d)=(\d)$")
+STEP = re.compile(r"^(.+): (\d)([+\-*/])(\d)=(\d)$")
 PHRASE = {"+": r"gets (\d) more", "-": r"gives away (\d)", "*2": "doubles them",
           "*3": "triples them", "/2": "gives away half"}
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
@@ -58,7 +58,8 @@ def test_each_worked_line_is_one_operation_of_the_problem_in_order(arith):
         phrases = re.split(r", (?:then )?", chain)
         assert len(phrases) == len(lines)
         for line, phrase in zip(lines, phrases):
-            a, op, b, c = STEP.match(line).groups()
+            restated, a, op, b, c = STEP.match(line).groups()
+            assert restated == phrase, (line, phrase)  # the line names the step it works
             assert int(a) == value and OPS[op](int(a), int(b)) == int(c) <= LARGEST, line
             key = op if op in "+-" else f"{op}{b}"
             match = re.fullmatch(PHRASE[key], phrase)

@@ -7,6 +7,10 @@ small table (`7-3=4`, `4*2=8`, `8/2=4`) that a tiny model learns quickly, while 
 a long chain, computed in one go, depends on every operation in order: doubling and halving
 are not sums, so attention cannot shortcut it. Working step by step (the `solution` writes one
 line per operation) is what makes the long chains solvable, as in the book's story.
+
+A worked line restates the phrase it works (`gets 3 more: 5+3=8`): the next step is then the
+phrase that follows the last one copied, found by matching text (what small transformers learn
+first and reliably), not by counting phrases, where a tiny model confuses operands.
 """
 
 from __future__ import annotations
@@ -40,15 +44,17 @@ def apply(rng: random.Random, value: int, op: str) -> tuple[int, str, str]:
     """(new value, the problem's phrase, the worked line) of one operation on `value`."""
     if op == "+":
         amount = rng.randint(1, LARGEST - value)
-        return value + amount, f"gets {amount} more", f"{value}+{amount}={value + amount}"
-    if op == "-":
+        phrase, symbol, result = f"gets {amount} more", f"+{amount}", value + amount
+    elif op == "-":
         amount = rng.randint(1, value)
-        return value - amount, f"gives away {amount}", f"{value}-{amount}={value - amount}"
-    if op == "/2":
-        return value // 2, "gives away half", f"{value}/2={value // 2}"
-    factor = int(op[1])
-    phrase = "doubles them" if factor == 2 else "triples them"
-    return value * factor, phrase, f"{value}*{factor}={value * factor}"
+        phrase, symbol, result = f"gives away {amount}", f"-{amount}", value - amount
+    elif op == "/2":
+        phrase, symbol, result = "gives away half", "/2", value // 2
+    else:
+        factor = int(op[1])
+        phrase = "doubles them" if factor == 2 else "triples them"
+        symbol, result = f"*{factor}", value * factor
+    return result, phrase, f"{phrase}: {value}{symbol}={result}"
 
 
 def arith_problem(rng: random.Random, level: int) -> tuple[str, list[str], int]:
