@@ -50,7 +50,7 @@ def collate(examples: list[Example], pad_token_id: int, device="cpu"):
     return input_ids, attention_mask, loss_mask
 
 
-PACK_TOKENS = 256  # a packed row's room: a few examples each, however long the longest is
+PACK_TOKENS = 128  # a packed row's least room; rows as long as the longest example cost least
 
 
 def pack(examples: list[Example], pad_token_id: int, device="cpu",
