@@ -272,21 +272,26 @@ def test_table_compares_batch_sizes_world_sizes_and_takes_accuracies_per_device(
     ):
         path = tmp_path / f"{device}-bs{batch_size}-ws{world_size}.json"
         path.write_text(json.dumps({
-            "model": "toy", "dataset": "arith", "batch_size": batch_size, "device": device,
-            "world_size": world_size, "dtype": "float32", "n_train": 10, "steps": 10,
-            "train_seconds": seconds, "tokens_per_second": speed,
+            "seed": 0, "model": "toy", "dataset": "arith", "batch_size": batch_size,
+            "device": device, "world_size": world_size, "dtype": "float32", "n_train": 10,
+            "steps": 10, "train_seconds": seconds, "tokens_per_second": speed,
             "pad_fraction": 0.1, "pad_fraction_unsorted": 0.3, "peak_memory_mb": 200.0,
             "initial_val_loss": 3.0, "final_val_loss": 1.0, "n_too_long": 0, "n_malformed": 0}))
         paths.append(str(path))
     evaluated = []
-    for model, device, accuracy, truncated in (
-        ("toy", "cpu", 0.25, 0), ("toy", "cuda", 0.3, 0),
-        (student_name("toy", 4, "cpu"), "cpu", 0.5, 2),
+    for model, device, correct, truncated in (
+        ("toy", "cpu", [1, 0, 0, 0], 0), ("toy", "cuda", [1, 1, 0, 0], 0),
+        (student_name("toy", 4, "cpu"), "cpu", [1, 1, 0, 1], 2),
     ):
-        path = tmp_path / f"eval-{model}-{device}.json"
-        path.write_text(json.dumps({"model": model, "dataset": "arith", "device": device,
-                                    "accuracy": accuracy, "truncated": truncated}))
-        evaluated.append(path)
+        run = tmp_path / f"eval-{model}-{device}"
+        run.mkdir()
+        (run / "metrics.json").write_text(json.dumps({
+            "seed": 0, "model": model, "dataset": "arith", "device": device,
+            "accuracy": sum(correct) / len(correct), "truncated": truncated}))
+        (run / "records.jsonl").write_text(
+            "".join(json.dumps({"index": i, "correct": bool(c)}) + "\n"
+                    for i, c in enumerate(correct)))
+        evaluated.append(run / "metrics.json")
     table = distill_table(paths, evaluations(evaluated))
     assert table["device"].tolist() == ["cpu"] * 3 + ["cuda"]
     assert table["speedup_vs_bs1"].tolist()[:2] == [1.0, 3.0]
@@ -294,7 +299,13 @@ def test_table_compares_batch_sizes_world_sizes_and_takes_accuracies_per_device(
     assert table["scaling_vs_1_rank"].tolist()[:3] == [1.0, 1.0, pytest.approx(5 / 3)]
     assert table["student"].tolist() == ["toy-distilled-bs1-cpu", "toy-distilled-bs4-cpu",
                                          "toy-distilled-bs4-cpu-ws2", "toy-distilled-bs4-cuda"]
-    assert table["base_accuracy"].tolist() == [0.25] * 3 + [0.3]
+    assert table["base_accuracy"].tolist() == [0.25] * 3 + [0.5]
     assert table["student_accuracy"].isna().tolist() == [True, False, True, True]
-    assert table["accuracy_gain"].iloc[1] == 0.25
+    # paired on the same problems: two gained, none lost; differences 0, 1, 0, 1
+    gain = table.iloc[1]
+    assert gain["accuracy_gain"] == 0.5
+    half = 1.959964 * (1 / 3) ** 0.5 / 2  # sample sd of (0, 1, 0, 1) is sqrt(1/3)
+    assert gain["accuracy_gain_lo"] == pytest.approx(0.5 - half, rel=1e-5)
+    assert gain["accuracy_gain_hi"] == pytest.approx(0.5 + half, rel=1e-5)
+    assert table["accuracy_gain"].isna().tolist() == [True, False, True, True]
     assert table["student_truncated"].iloc[1] == 2

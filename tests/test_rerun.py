@@ -117,9 +117,9 @@ def test_changed_grpo_lr_reruns_only_grpo(workdir):
     edit_config(workdir, lambda c: c["grpo"].update(lr=3e-4))
     grpo_runs = len(plan_of(workdir).grpo_runs())
     assert grpo_runs >= 4  # strategies x 2 world sizes
-    assert run(workdir) == {"grpo": grpo_runs, "grpo_table": 1}
+    assert run(workdir) == {"grpo": grpo_runs, "grpo_table": 1, "story_table": 1}
     changed = changed_files(before, snapshot(workdir))
-    assert changed and all("grpo" in path for path in changed), sorted(changed)
+    assert changed and all("grpo" in path or "story" in path for path in changed), sorted(changed)
     assert run(workdir) == {}
 
 
@@ -148,9 +148,10 @@ def test_sampler_code_edit_reruns_only_sampling_stages(workdir):
     plan = plan_of(workdir)
     assert run(workdir) == {"self_consistency": len(plan.generation_runs("self_consistency")),
                             "self_consistency_table": 1,
-                            "grpo": len(plan.grpo_runs()), "grpo_table": 1}
+                            "grpo": len(plan.grpo_runs()), "grpo_table": 1, "story_table": 1}
     changed = changed_files(before, snapshot(workdir))
-    assert all("self_consistency" in path or "grpo" in path for path in changed), sorted(changed)
+    assert all(any(stage in path for stage in ("self_consistency", "grpo", "story"))
+               for path in changed), sorted(changed)
 
 
 def test_io_edit_reruns_everything_that_imports_it_absolutely_or_not(workdir):

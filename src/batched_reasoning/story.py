@@ -108,7 +108,8 @@ def plot_story(table: pd.DataFrame, png: str, title: str = "What each stage does
     runs with its bootstrap interval as a band."""
     runs = table[~table["seed"].astype(str).str.startswith("mean")].reset_index(drop=True)
     fig, axes = subplots(1, len(EFFECTS), figsize=(5 * len(EFFECTS), 4), squeeze=False)
-    labels = [" ".join(str(row[c]) for c in ("cpu", "seed") if c in runs) for _, row in runs.iterrows()]
+    labels = [(f"{row['cpu']} " if "cpu" in runs else "") + f"seed {row['seed']}"
+              for _, row in runs.iterrows()]
     for ax, (effect, (_, what)) in zip(axes[0], EFFECTS.items()):
         shown = runs[effect].notna()
         x = [i for i, ok in enumerate(shown) if ok]

@@ -44,8 +44,12 @@ def sequential_baseline(runs: pd.DataFrame, run: pd.Series,
 
 
 def matching(runs: pd.DataFrame, run: pd.Series, same: list[str], **fixed) -> pd.Series | None:
-    """The first run agreeing with `run` on the `same` columns and having the `fixed` values."""
-    found = runs[(runs[same] == run[same]).all(axis=1)]
+    """The first run agreeing with `run` on the `same` columns and having the `fixed` values
+    (runs without a value, e.g. no seed, agree with each other)."""
+    target = [run[c] for c in same]
+    agree = [all(a == b or (pd.isna(a) and pd.isna(b)) for a, b in zip(row, target))
+             for row in runs[same].itertuples(index=False)]
+    found = runs[agree]
     for key, value in fixed.items():
         found = found[found[key] == value]
     return None if found.empty else found.iloc[0]
