@@ -1,7 +1,13 @@
 """The story table: each stage's effect per seed from the stage tables, and across seeds."""
 
+import json
+import subprocess
+import sys
+
 import pandas as pd
 import pytest
+import yaml
+from workflow_helpers import REPO, TINY_CONFIG
 
 from batched_reasoning.stats import bootstrap_mean_interval
 from batched_reasoning.story import make_story, parse_seeds, story_table
@@ -80,3 +86,26 @@ def test_seed_ranges():
     assert parse_seeds("0-4") == [0, 1, 2, 3, 4]
     assert parse_seeds("0,3,7") == [0, 3, 7]
     assert parse_seeds("0-2,9") == [0, 1, 2, 9]
+
+
+@pytest.mark.slow
+def test_the_story_check_runs_every_seed_on_every_cpu_class(tmp_path):
+    """The README's command, on the tiny config: one workflow per CPU class, each class's jobs
+    on its kernels, and one table of every run."""
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(yaml.safe_dump(TINY_CONFIG | {"seeds": [0]}))
+    out = tmp_path / "check"
+    subprocess.run([sys.executable, "-m", "batched_reasoning.story", "--seeds", "0-1",
+                    "--cpu-classes", "native,avx2", "--cores", "2", "--repo", str(REPO),
+                    "--out", str(out), "--configfile", str(tiny)],
+                   check=True, capture_output=True, text=True, timeout=1800)
+    table = pd.read_csv(out / "story.tsv", sep="\t", dtype={"seed": str})
+    assert list(zip(table.cpu.fillna(""), table.seed)) == [
+        ("native", "0"), ("native", "1"), ("avx2", "0"), ("avx2", "1"), ("", "mean of 4")]
+    for cpu in ("native", "avx2"):
+        metrics = json.loads(next((out / cpu / "results").glob(
+            "seed1/grpo/**/metrics.json")).read_text())
+        assert metrics["seed"] == 1
+        if cpu == "avx2":
+            assert metrics["cpu_capability"] == "AVX2"
+    assert "mean of 4" in (out / "story.md").read_text()

@@ -115,5 +115,7 @@ def run_info(params: dict, device: torch.device, stage: str) -> dict:
         "packages": package_versions(),
         "device": device.type,
         "device_name": device_name(device),
+        # the kernels PyTorch dispatched to (ATEN_CPU_CAPABILITY caps them: `cpu_class`)
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_version": torch.__version__,
     }

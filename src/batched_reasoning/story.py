@@ -157,8 +157,9 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def run_class(repo: Path, workdir: Path, cpu: str, seeds: list[int], cores: int,
-              extra: list[str]) -> Path:
-    """Run the story config for `seeds` as CPU class `cpu` in `workdir`; its story table."""
+              extra: list[str], configfiles: list[str] = ()) -> Path:
+    """Run the story config (then `configfiles`) for `seeds` as CPU class `cpu` in `workdir`;
+    its story table."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = os.environ | cpu_class_env(cpu)
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"),
@@ -166,20 +167,21 @@ def run_class(repo: Path, workdir: Path, cpu: str, seeds: list[int], cores: int,
            # timed jobs of different seeds may overlap: the story reads accuracies, not speeds
            "--resources", f"timing={cores}",
            "--config", f"seeds=[{','.join(map(str, seeds))}]", *extra,
-           "--configfile", str(repo / "config.yaml"), str(repo / STORY_CONFIG)]
+           "--configfile", str(repo / "config.yaml"), str(repo / STORY_CONFIG),
+           *map(str, configfiles)]
     print(f"[{cpu}] {' '.join(cmd)}", flush=True)
     subprocess.run(cmd, env=env, check=True)
     return workdir / "results/tables/story.tsv"
 
 
 def check(repo: Path, out: Path, seeds: list[int], cpus: list[str], cores: int,
-          extra: list[str]) -> pd.DataFrame:
+          extra: list[str], configfiles: list[str] = ()) -> pd.DataFrame:
     """Every run of seeds x CPU classes, one table: each run's effects and, per setup, each
     effect's mean over all runs with its bootstrap interval."""
     tables = []
     for cpu in cpus:
-        table = pd.read_csv(run_class(repo, out / cpu, cpu, seeds, cores, extra), sep="\t",
-                            dtype={"seed": str})
+        table = pd.read_csv(run_class(repo, out / cpu, cpu, seeds, cores, extra, configfiles),
+                            sep="\t", dtype={"seed": str})
         tables.append(table[~table["seed"].str.startswith("mean")].assign(cpu=cpu))
     runs = pd.concat(tables, ignore_index=True)
     runs = runs[["cpu", *[c for c in runs.columns if c != "cpu"]]]
@@ -203,9 +205,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="story-check", help="working directory (default story-check)")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repo", default=str(Path.cwd()), help="the workflow's checkout")
+    parser.add_argument("--configfile", nargs="*", default=[],
+                        help="config files merged over the story config")
     args, extra = parser.parse_known_args(argv)
     table = check(Path(args.repo).resolve(), Path(args.out).resolve(), parse_seeds(args.seeds),
-                  args.cpu_classes.split(","), args.cores, extra)
+                  args.cpu_classes.split(","), args.cores, extra,
+                  [str(Path(f).resolve()) for f in args.configfile])
     print((Path(args.out) / "story.md").read_text())
     return table
 
