@@ -23,18 +23,15 @@ from pathlib import Path
 import pandas as pd
 
 from .cpu_class import CPU_CLASSES, cpu_class_env
-from .io import atomic_path
 from .plots import save_figure, subplots
 from .stats import bootstrap_mean_interval, includes_zero
+from .tables import EFFECTS as EFFECT_COLUMNS
 from .tables import write_table
 
 SETUP = ["model", "dataset", "device"]
-# effect column -> (stage table, what the effect is)
-EFFECTS = {
-    "vote_gain": ("self_consistency", "self-consistency: vote - first sample"),
-    "eval_gain": ("grpo", "GRPO: after - before"),
-    "accuracy_gain": ("distill", "distillation: student - base"),
-}
+# the stage tables' effect columns (`tables.EFFECTS`), in order, and what each measures
+EFFECTS = dict(zip(EFFECT_COLUMNS, ("self-consistency: vote - first sample",
+                                    "GRPO: after - before", "distillation: student - base")))
 
 
 def representative(table: pd.DataFrame, prefer: dict) -> pd.DataFrame:
@@ -91,7 +88,7 @@ def story_lines(table: pd.DataFrame) -> list[str]:
     lines = []
     runs = table[~table["seed"].astype(str).str.startswith("mean")]
     for setup, group in runs.groupby(SETUP):
-        for effect, (_, what) in EFFECTS.items():
+        for effect, what in EFFECTS.items():
             values = group[effect].dropna()
             if values.empty:
                 continue
@@ -110,7 +107,7 @@ def plot_story(table: pd.DataFrame, png: str, title: str = "What each stage does
     fig, axes = subplots(1, len(EFFECTS), figsize=(5 * len(EFFECTS), 4), squeeze=False)
     labels = [(f"{row['cpu']} " if "cpu" in runs else "") + f"seed {row['seed']}"
               for _, row in runs.iterrows()]
-    for ax, (effect, (_, what)) in zip(axes[0], EFFECTS.items()):
+    for ax, (effect, what) in zip(axes[0], EFFECTS.items()):
         shown = runs[effect].notna()
         x = [i for i, ok in enumerate(shown) if ok]
         values = runs.loc[shown, effect]
