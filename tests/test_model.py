@@ -7,6 +7,7 @@ import torch
 from conftest import random_model
 
 from batched_reasoning.checkpoint import CheckpointError, load_model, save_model
+from batched_reasoning import kernels
 from batched_reasoning.kernels import Linear
 from batched_reasoning.memory import weights_mb
 from batched_reasoning.padding import left_pad
@@ -158,12 +159,16 @@ def test_packing_for_inference_keeps_logits_and_size(tmp_path, overrides):
     assert not (tmp_path / "packed").exists()
 
 
-def test_bfloat16_packs_for_one_row_and_computes_what_plain_bfloat16_does():
-    """Packed and plain bfloat16 are both roundings of the float32 result: packing may change
-    which, but must stay as close to float32 as plain bfloat16 is (twice its error at most)."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_packs_for_one_row_where_the_cpu_can(dtype):
+    """Packed and plain half precision are both roundings of the float32 result: packing may
+    change which, but must stay as close to float32 as the plain product is (twice its error at
+    most). A CPU that cannot pack the dtype (float16 without AVX512-FP16 or AVX-NE-CONVERT)
+    keeps plain weights and computes the same logits, instead of crashing while packing."""
     reference = random_model(seed=5)
-    plain, model = random_model(seed=5).to(torch.bfloat16), random_model(seed=5).to(torch.bfloat16)
-    assert model.pack_for_inference(batch_size=1)
+    plain, model = random_model(seed=5).to(dtype), random_model(seed=5).to(dtype)
+    packed = model.pack_for_inference(batch_size=1)
+    assert packed == kernels.can_pack(dtype) == model.packed
     ids = torch.randint(0, model.cfg.vocab_size, (3, 17))
     with torch.no_grad():
         exact = reference(ids)
@@ -171,3 +176,15 @@ def test_bfloat16_packs_for_one_row_and_computes_what_plain_bfloat16_does():
         packed_error = (model(ids).float() - exact).abs().max()
     assert 0 < plain_error < 0.1 * exact.abs().max()
     assert packed_error <= 2 * plain_error
+
+
+def test_a_dtype_onednn_cannot_pack_runs_plain():
+    """oneDNN has no float64 path: its packing ops exist but raise for it. Capability is tried,
+    not assumed from the ops' presence, so a float64 model at a packing batch size stays plain."""
+    assert kernels.can_pack(torch.float32)
+    assert not kernels.can_pack(torch.float64)
+    plain, model = random_model(seed=6).double(), random_model(seed=6).double()
+    assert not model.pack_for_inference(batch_size=8) and not model.packed
+    ids = torch.randint(0, model.cfg.vocab_size, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(model(ids), plain(ids))

@@ -18,6 +18,7 @@ Another CPU may prefer other values; they change speed, not what is computed.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
@@ -40,23 +41,35 @@ ATTENTION_CALL_COST = 32
 PREFILL_CALL_COST = {torch.bfloat16: 87, torch.float16: 87, torch.float32: 31, torch.float64: 31}
 
 
-def can_pack() -> bool:
-    """Whether this torch build has oneDNN's (private) weight-packing ops."""
+@functools.cache
+def can_pack(dtype: torch.dtype) -> bool:
+    """Whether this CPU can multiply `dtype` weights packed for oneDNN: tried once on a small
+    product and checked against the plain one. That the ops exist is not enough: float16 packing
+    needs AVX512-FP16 or AVX-NE-CONVERT, and without them it raises instead of running."""
     mkldnn = getattr(torch.ops, "mkldnn", None)
-    try:
-        return (torch.backends.mkldnn.is_available()
-                and hasattr(mkldnn, "_reorder_linear_weight") and hasattr(mkldnn, "_linear_pointwise"))
-    except (AttributeError, RuntimeError):
+    if not (torch.backends.mkldnn.is_available() and hasattr(mkldnn, "_reorder_linear_weight")
+            and hasattr(mkldnn, "_linear_pointwise")):
         return False
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(24, 40, generator=generator).to(dtype)
+    x = torch.randn(3, 40, generator=generator).to(dtype)
+    try:
+        packed = mkldnn._reorder_linear_weight(weight, None)
+        out = mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    except RuntimeError:
+        return False
+    exact = x.double() @ weight.double().T
+    plain_error = ((x @ weight.T).double() - exact).abs().max()
+    return bool((out.double() - exact).abs().max() <= 4 * plain_error + 1e-6)
 
 
 def should_pack(device: torch.device, dtype: torch.dtype, batch_size: int) -> bool:
-    """Whether packing makes generating `batch_size` rows faster (CPU only), and is possible."""
+    """Whether packing makes generating `batch_size` rows faster (CPU only), and this CPU can."""
     if device.type != "cpu" or (dtype == torch.float32 and batch_size < PACK_FLOAT32_FROM_BATCH):
         return False
-    if not can_pack():
-        print("kernels: this torch build cannot pack weights for oneDNN; using plain weights",
-              file=sys.stderr, flush=True)
+    if not can_pack(dtype):
+        print(f"kernels: this CPU or torch build cannot pack {dtype} weights for oneDNN; "
+              "using plain weights", file=sys.stderr, flush=True)
         return False
     return True
 
