@@ -9,10 +9,12 @@ hold on any CPU; each test also runs the per-rank-mean mistake and shows that it
 
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -80,7 +82,7 @@ def distill_gradients(model_dir, per_rank_mean: bool) -> torch.Tensor:
     mine = distributed.shard(step)
     step_examples = len(mine) if per_rank_mean else len(step)  # the mistake: each rank's mean
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # leaves the gradients to read
-    train_step(distributed.wrap(model), optimizer, mine, step_examples, 2,
+    train_step(model, optimizer, mine, step_examples, 2,
                tokenizer.pad_token_id, None, "cpu")
     return flat_gradients(model)
 
@@ -92,6 +94,28 @@ def test_distillation_gradient_on_uneven_shares_is_the_whole_steps(setup):
     assert one.abs().max() > 0
     assert relative_difference(two, one) < EXACT
     assert relative_difference(distributed.launch(distill_gradients, 2, model, True), one) > WRONG
+
+
+def gloo_threads_after_a_step_and_destroy() -> list[str]:
+    """A rank's gloo threads left after a gradient average and `destroy_process_group`; the
+    group is then joined again for the launcher's own teardown."""
+    model = torch.nn.Linear(4, 2, dtype=torch.float64)
+    model(torch.ones(3, 4, dtype=torch.float64)).sum().backward()
+    distributed.average_gradients(model)
+    assert torch.equal(model.weight.grad, torch.full((2, 4), 3.0, dtype=torch.float64))
+    torch.distributed.destroy_process_group()
+    names = [(Path("/proc/self/task") / task / "comm").read_text().strip()
+             for task in os.listdir("/proc/self/task")]
+    torch.distributed.init_process_group("gloo")
+    return [name for name in names if "gloo" in name]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists threads from Linux's /proc")
+def test_ranks_leave_no_gloo_threads_running_at_exit():
+    """Threads still running as the interpreter exits are torn down in C++ static destruction,
+    which aborted a rank now and then ("terminate called without an active exception"). DDP
+    kept them alive past destroy_process_group; the plain gradient average does not."""
+    assert distributed.launch(gloo_threads_after_a_step_and_destroy, 2) == []
 
 
 def rollouts(model_dir):
@@ -112,7 +136,7 @@ def grpo_gradients(model_dir, per_rank_mean: bool) -> tuple[torch.Tensor, float]
     mine = distributed.shard(range(len(completions)))
     step_rollouts = len(mine) if per_rank_mean else len(completions)
     loss, _ = policy_update(
-        distributed.wrap(model), optimizer, [prompts[i] for i in mine],
+        model, optimizer, [prompts[i] for i in mine],
         [completions[i] for i in mine], torch.tensor([advantages[i] for i in mine]),
         tokenizer.pad_token_id, math.inf, model.device, step_rollouts)
     return flat_gradients(model), loss

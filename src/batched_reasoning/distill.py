@@ -4,7 +4,7 @@ The book trains one example at a time. Here a step's `examples_per_step` example
 processed `batch_size` at a time (left-padded, loss on answer tokens only, averaged per
 example), and their gradients accumulate into one update of the step's mean loss. So every
 batch size, like every number of ranks (`distributed`: the step's examples are split among
-them and DDP averages gradients), trains the same student: only the time differs, which is
+them and the ranks average gradients), trains the same student: only the time differs, which is
 what the sweep measures. Each epoch's steps follow from (seed, epoch) alone, and training
 state is checkpointed, so a killed job resumes exactly.
 """
@@ -97,27 +97,23 @@ def train_step(model, optimizer, examples: list[Example], step_examples: int, ba
     run `batch_size` at a time.
 
     Each micro-batch's mean loss is scaled by its share of the step (times the world size, which
-    DDP's average undoes), so the gradients add up to those of the step's mean per-example loss
+    the ranks' average undoes), so the gradients add up to those of the step's mean per-example loss
     whatever the batch size and the split among ranks (world size 1, one batch: the scale is
-    exactly 1). Ranks synchronise once, after their last micro-batch; a rank left without
-    examples by a short last step joins with a zero-weighted pass.
+    exactly 1). Ranks average their gradients once, after their last micro-batch; a rank left
+    without examples by a short last step adds zeros.
     Returns this rank's (summed example losses, real tokens, padded cells).
     """
     optimizer.zero_grad(set_to_none=True)
-    parts = batches(examples, batch_size) or [[]]
     loss_sum, tokens, cells = 0.0, 0, 0
-    for index, part in enumerate(parts):
-        last = index == len(parts) - 1
+    for part in batches(examples, batch_size):
         scale = len(part) / step_examples * distributed.world_size()
-        input_ids, attention_mask, loss_mask = collate(part or [Example([pad_token_id] * 2, 1)],
-                                                       pad_token_id, device)
-        with distributed.sync_gradients(model, last):
-            mean = masked_nll(model, input_ids, attention_mask, loss_mask)
-            (mean * scale).backward()
-        if part:
-            loss_sum += mean.item() * len(part)
-            tokens += int(attention_mask.sum())
-            cells += attention_mask.numel()
+        input_ids, attention_mask, loss_mask = collate(part, pad_token_id, device)
+        mean = masked_nll(model, input_ids, attention_mask, loss_mask)
+        (mean * scale).backward()
+        loss_sum += mean.item() * len(part)
+        tokens += int(attention_mask.sum())
+        cells += attention_mask.numel()
+    distributed.average_gradients(model)
     if grad_clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
@@ -181,7 +177,6 @@ def distill(
         log = [{"epoch": 0, "step": 0, "train_loss": math.nan,
                 "val_loss": validate(model)}]
     model.train()
-    trained = distributed.wrap(model)
     started = time.perf_counter()
     epoch_groups = {}
     for step in range(start, total_steps):
@@ -193,7 +188,7 @@ def distill(
         with PeakMemory(torch_device) as memory:
             tick = time.perf_counter()
             loss_sum, tokens, cells = train_step(
-                trained, optimizer, [train[i] for i in distributed.shard(group)], len(group),
+                model, optimizer, [train[i] for i in distributed.shard(group)], len(group),
                 batch_size, tokenizer.pad_token_id, grad_clip, torch_device)
         seconds = time.perf_counter() - tick
         loss_sum, tokens, cells = distributed.all_reduce([loss_sum, tokens, cells])

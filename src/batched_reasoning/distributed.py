@@ -1,10 +1,10 @@
-"""Data parallelism for the training stages: torchrun, DDP, rank-0 output.
+"""Data parallelism for the training stages: torchrun, averaged gradients, rank-0 output.
 
 A stage run with `world_size` N > 1 executes its training function in N processes started by
 `torchrun` (one node, standalone rendezvous on a free local port). Each process joins the process
-group (NCCL on CUDA, gloo on CPU), takes its own share of every step's examples, and DDP averages
-the gradients, so all ranks keep identical weights. Rank 0 alone prints, checkpoints and writes
-outputs; every rank resumes from the same checkpoint.
+group (NCCL on CUDA, gloo on CPU), takes its own share of every step's examples, and the ranks
+average their gradients (`average_gradients`), so all ranks keep identical weights. Rank 0
+alone prints, checkpoints and writes outputs; every rank resumes from the same checkpoint.
 
 The global batch is a setting of the run, not of the world size: N ranks split each step's
 examples, so a run trains the same model whatever N is and only the time per step changes.
@@ -12,7 +12,6 @@ examples, so a run trains the same model whatever N is and only the time per ste
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import datetime
 import os
@@ -129,20 +128,23 @@ def shard(items: Sequence) -> list:
     return share(items, rank(), world_size())
 
 
-def sync_gradients(model: torch.nn.Module, sync: bool):
-    """A context in which a backward pass averages gradients over ranks only if `sync`: micro-
-    batches accumulate locally and the last one synchronises."""
-    if sync or not isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return contextlib.nullcontext()
-    return model.no_sync()
+def average_gradients(model: torch.nn.Module) -> None:
+    """Replace each gradient by its mean over ranks, as DDP would, in one flat all-reduce.
 
-
-def wrap(model: torch.nn.Module) -> torch.nn.Module:
-    """DDP around `model` in a multi-rank run (gradients averaged over ranks), else `model`."""
+    Not DDP itself: once DDP is constructed, the gloo group's threads (`gloo_tcp_loop`,
+    `pt_gloo_runloop`) outlive `destroy_process_group` and are torn down only as the
+    interpreter exits, where a rank now and then aborted ("terminate called without an active
+    exception"). A plain all-reduce leaves nothing running. A rank without a gradient (no
+    examples in a short last step) adds zeros."""
     if not dist.is_initialized():
-        return model
-    ids = [model.device.index] if model.device.type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world_size()
+    for param, chunk in zip(params, flat.split([g.numel() for g in grads])):
+        param.grad = chunk.view_as(param).clone()
 
 
 def all_reduce(values: Sequence[float], op: str = "sum") -> list[float]:

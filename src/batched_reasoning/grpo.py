@@ -8,7 +8,7 @@ where the time goes, so rollouts go through `generate` with the run's strategy a
 Each rollout draws its randomness from its own stream keyed by (seed, problem, rollout): the same
 rollouts come out whatever the strategy, batch size or number of ranks (up to float rounding),
 and after a resume. With several ranks (`distributed`), each generates and scores its share of
-the step's rollouts; rewards are gathered for the group advantages and DDP averages gradients.
+the step's rollouts; rewards are gathered for the group advantages and the ranks average gradients.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def policy_update(model, optimizer, prompts, completions, advantages, pad_token_
                   grad_clip: float, device, step_rollouts: int) -> tuple[float, float]:
     """One AdamW step on this rank's rollouts out of the step's `step_rollouts`.
 
-    The loss is scaled so that DDP's average over ranks is the loss over all the step's rollouts
+    The loss is scaled so that the ranks' average of gradients is the loss over all the step's rollouts
     (world size 1: the scale is exactly 1). Returns (step loss, gradient norm before clipping).
     """
     logprobs = completion_logprobs(model, prompts, completions, pad_token_id, device)
@@ -116,6 +116,7 @@ def policy_update(model, optimizer, prompts, completions, advantages, pad_token_
     loss = policy_loss(logprobs, advantages) * (share * distributed.world_size())
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    distributed.average_gradients(model)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
     (step_loss,) = distributed.all_reduce([loss.item() / distributed.world_size()])
@@ -201,7 +202,6 @@ def train_grpo(
         model = load_model(model_dir, dtype=dtype, device=torch_device)
         optimizer, start, rows = make_optimizer(model), 0, [{"step": 0}]
         evaluate_into(rows[0])
-    trained = distributed.wrap(model)  # generation and evaluation use the bare model
     started = time.perf_counter()
     for step in range(start, steps):
         problems = [train[(step * problems_per_step + p) % len(train)]
@@ -234,7 +234,7 @@ def train_grpo(
                 completions = [scored_completion(t, stop)
                                for t, stop in zip(result.tokens, result.stop_tokens)]
                 loss, grad_norm = policy_update(
-                    trained, optimizer, [prompts[p] for p, _ in mine], completions,
+                    model, optimizer, [prompts[p] for p, _ in mine], completions,
                     torch.stack([advantages[p, r] for p, r in mine]),
                     tokenizer.pad_token_id, grad_clip, torch_device, step_rollouts,
                 )
