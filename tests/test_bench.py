@@ -4,6 +4,7 @@ answer lengths ending every row at its target in every implementation."""
 
 import copy
 import json
+import platform
 import random
 
 import pandas as pd
@@ -24,6 +25,7 @@ from batched_reasoning.bench import (
 from batched_reasoning.bench_memory import main as memory_main
 from batched_reasoning.checkpoint import save_model
 from batched_reasoning.config import Qwen3Config
+from batched_reasoning.cpu_class import current_cpu_class
 from batched_reasoning.memory_model import predict_peak_mb
 from batched_reasoning.generation import STRATEGIES, generate
 from batched_reasoning.io import write_jsonl
@@ -73,6 +75,21 @@ def test_cli_writes_a_row_per_strategy_and_batch_size(tiny_bench_checkpoint, tmp
     assert steps.batch_size.tolist() == [1, 2, 4]
     assert (steps.step_ms > 0).all() and (steps.bound_ms > 0).all() and (steps.pct_of_bound > 0).all()
     assert provenance["machine"]["read_gb_s"] > 0 and len(provenance["decode_steps"]) == 3
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="the CPU classes cap x86 instruction sets")
+def test_cli_runs_as_the_cpu_class_asked_for_and_records_it(tiny_bench_checkpoint, tmp_path):
+    d = tiny_bench_checkpoint
+    args = ["--checkpoint", str(d / "tiny"), "--prompts", str(d / "problems.jsonl"),
+            "--n-prompts", "2", "--strategies", "batched", "--batch-sizes", "2",
+            "--max-new-tokens", "3", "--threads", "1", "--csv", str(tmp_path / "out.csv"),
+            "--json", str(tmp_path / "out.json")]
+    table = main([*args, "--cpu-class", "avx2"])
+    assert table.cpu_class.tolist() == ["avx2"] and table.cpu_capability.tolist() == ["AVX2"]
+    provenance = json.loads((tmp_path / "out.json").read_text())
+    assert (provenance["cpu_class"], provenance["cpu_capability"]) == ("avx2", "AVX2")
+    assert main(args).cpu_class.tolist() == [current_cpu_class()]
 
 
 def test_cli_forced_answer_lengths_against_book_and_transformers(tiny_bench_checkpoint, tmp_path):

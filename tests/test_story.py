@@ -105,7 +105,7 @@ def test_the_story_check_runs_every_seed_on_every_cpu_class(tmp_path):
     for cpu in ("native", "avx2"):
         metrics = json.loads(next((out / cpu / "results").glob(
             "seed1/grpo/**/metrics.json")).read_text())
-        assert metrics["seed"] == 1
+        assert metrics["seed"] == 1 and metrics["cpu_class"] == cpu
         if cpu == "avx2":
             assert metrics["cpu_capability"] == "AVX2"
     assert "mean of 4" in (out / "story.md").read_text()

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import random
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -43,6 +45,7 @@ from . import llama_cpp
 from .book_compat import to_book_model
 from .checkpoint import load_model, save_model
 from .config import Qwen3Config, resolve_dtype
+from .cpu_class import CPU_CLASSES, current_cpu_class, environment_for
 from .data import load_records
 from .devices import device_name, resolve_device, synchronize
 from .generation import STRATEGIES, Greedy, generate
@@ -387,6 +390,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--cpu-class", choices=list(CPU_CLASSES),
+                        help="run as this class of CPU (cpu_class.py: e.g. avx2, a laptop); "
+                             "default: this process's own")
     parser.add_argument("--decode-context", type=int,
                         help="cached positions of the profiled decode step (default: mean prompt length)")
     parser.add_argument("--llama-batched-bench", metavar="BINARY",
@@ -433,6 +439,12 @@ def beside(csv: str, part: str) -> Path:
 
 def main(argv=None) -> pd.DataFrame | None:
     args = parse_args(argv)
+    if args.cpu_class and args.cpu_class != current_cpu_class():
+        # the kernels are chosen when torch loads: a fresh process, with the class's caps
+        argv = sys.argv[1:] if argv is None else argv
+        subprocess.run([sys.executable, "-m", "batched_reasoning.bench", *argv],
+                       env=environment_for(args.cpu_class), check=True)
+        return None if args.make_checkpoint else pd.read_csv(args.csv)
     library_hash = code_hash()  # of the code that runs, before anyone edits it
     if args.make_checkpoint:
         make_checkpoint(args.shape, args.tokenizer, args.make_checkpoint, args.seed)
@@ -465,6 +477,8 @@ def main(argv=None) -> pd.DataFrame | None:
         eos_token_id=None if args.no_eos else tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, answer_lengths=answer_lengths,
     )
+    table = table.assign(cpu_class=current_cpu_class(),
+                         cpu_capability=torch.backends.cpu.get_cpu_capability())
     print(table.to_markdown(index=False, floatfmt=".3g"))
     if table.generated_tokens.nunique() > 1:
         print("note: the runs generated different numbers of tokens, so their work differs")
@@ -500,6 +514,8 @@ def main(argv=None) -> pd.DataFrame | None:
             if used:
                 packages[name] = metadata.version(name)
         write_json({"args": vars(args), "device": device.type, "device_name": device_name(device),
+                    "cpu_class": current_cpu_class(),
+                    "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                     "code_hash": library_hash, "packages": packages,
                     "prompt_lengths": lengths, "answer_lengths": answer_lengths,
                     "machine": limits.as_dict(), "rows": table.to_dict(orient="records"),

@@ -8,6 +8,9 @@ imports torch: they are read once, when the kernels are first dispatched.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 CPU_CLASSES: dict[str, dict[str, str]] = {
     "native": {},
     # a typical laptop: AVX2, no AVX-512
@@ -17,8 +20,25 @@ CPU_CLASSES: dict[str, dict[str, str]] = {
 }
 
 
+# every variable a class sets: a process runs as a class only if it has that class's and no other
+CONTROLS = sorted({key for env in CPU_CLASSES.values() for key in env})
+
+
 def cpu_class_env(name: str) -> dict[str, str]:
     """The environment variables that make a process run as CPU class `name`."""
     if name not in CPU_CLASSES:
         raise ValueError(f"unknown CPU class {name!r}; choose one of {', '.join(CPU_CLASSES)}")
     return dict(CPU_CLASSES[name])
+
+
+def environment_for(name: str, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """`environ` for a child process that runs as class `name`: the class's variables set and
+    the other classes' removed (a `native` child must not inherit its parent's caps)."""
+    wanted = cpu_class_env(name)
+    return {k: v for k, v in environ.items() if k not in CONTROLS} | wanted
+
+
+def current_cpu_class(environ: Mapping[str, str] = os.environ) -> str:
+    """The class this process runs as, read from its environment; `custom` for other caps."""
+    caps = {key: environ[key] for key in CONTROLS if key in environ}
+    return next((name for name, env in CPU_CLASSES.items() if env == caps), "custom")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from .cpu_class import current_cpu_class
 from .devices import device_name
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -115,7 +116,8 @@ def run_info(params: dict, device: torch.device, stage: str) -> dict:
         "packages": package_versions(),
         "device": device.type,
         "device_name": device_name(device),
-        # the kernels PyTorch dispatched to (ATEN_CPU_CAPABILITY caps them: `cpu_class`)
+        # the CPU class acted out (`cpu_class`) and the kernels PyTorch dispatched to
+        "cpu_class": current_cpu_class(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_version": torch.__version__,
     }

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .cpu_class import CPU_CLASSES, cpu_class_env
+from .cpu_class import CPU_CLASSES, environment_for
 from .plots import save_figure, subplots
 from .stats import bootstrap_mean_interval, includes_zero
 from .tables import EFFECTS as EFFECT_COLUMNS
@@ -158,7 +158,7 @@ def run_class(repo: Path, workdir: Path, cpu: str, seeds: list[int], cores: int,
     """Run the story config (then `configfiles`) for `seeds` as CPU class `cpu` in `workdir`;
     its story table."""
     workdir.mkdir(parents=True, exist_ok=True)
-    env = os.environ | cpu_class_env(cpu)
+    env = environment_for(cpu)
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"),
            "--directory", str(workdir), "--cores", str(cores),
            # timed jobs of different seeds may overlap: the story reads accuracies, not speeds
