@@ -17,6 +17,17 @@ TINY = dict(
 )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def wisdom_of_this_test_session(tmp_path_factory):
+    """Kernel choices the tests measure (`calibration`) go to a file of their own, not the
+    user's cache, and child processes (workflow runs, ranks) inherit it."""
+    path = tmp_path_factory.mktemp("wisdom") / "wisdom.json"
+    patch = pytest.MonkeyPatch()
+    patch.setenv("BATCHED_REASONING_WISDOM", str(path))
+    yield path
+    patch.undo()
+
+
 def random_model(seed: int = 0, **overrides) -> Qwen3:
     """A randomly initialised Qwen3 whose norms are not all ones (so they are tested too)."""
     torch.manual_seed(seed)

@@ -32,14 +32,17 @@ def device_name(device: torch.device) -> str:
         return torch.cuda.get_device_name(device)
     if device.type == "mps":
         return "Apple MPS"
-    cpu = platform.processor() or platform.machine()
+    return f"{cpu_model()} ({torch.get_num_threads()} threads)"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what `platform` knows."""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
         for line in cpuinfo.read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return f"{cpu} ({torch.get_num_threads()} threads)"
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def synchronize(device: torch.device) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .calibration import decode_attention_in_float32
 from .kernels import ATTENTION_CALL_COST
 
 
@@ -25,12 +26,19 @@ def fused_attention(q, k, v, mask):
     GPU the flash and memory-efficient kernels do not take `enable_gqa` with a mask, and PyTorch
     would fall back to its math kernel, which copies keys and values for every query head over
     the whole cache, every layer, every step; there the group's query heads are folded into the
-    query length instead (`folded_attention`), which the fast kernels take.
+    query length instead (`folded_attention`), which the fast kernels take. A CPU decode step
+    over a half-precision cache runs in float32 where that was measured faster on this machine
+    (`calibration`).
     """
+    if q.device.type == "cpu":
+        gqa = q.shape[1] != k.shape[1]
+        if q.shape[2] == 1 and decode_attention_in_float32(q.dtype, q.shape[1], k.shape[1],
+                                                           q.shape[3]):
+            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                                  enable_gqa=gqa).to(q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
     if q.shape[1] == k.shape[1]:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    if q.device.type == "cpu":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     return folded_attention(q, k, v, mask)
 
 

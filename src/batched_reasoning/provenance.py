@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from .calibration import choices_made
 from .cpu_class import current_cpu_class
 from .devices import device_name
 
@@ -119,5 +120,6 @@ def run_info(params: dict, device: torch.device, stage: str) -> dict:
         # the CPU class acted out (`cpu_class`) and the kernels PyTorch dispatched to
         "cpu_class": current_cpu_class(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "kernel_choices": choices_made(),  # measured on this machine (`calibration`)
         "torch_version": torch.__version__,
     }

@@ -1,0 +1,126 @@
+"""Kernel choices measured on the machine that runs, once, and kept: FFTW's "wisdom".
+
+Which kernel is fastest depends on the CPU: the bfloat16 attention kernel that is quick on a Xeon
+with AMX took tens of ms for one decode query on an AMD Zen 5, where the same call in float32
+took 2.5. Rather than constants tuned on one machine, a choice is timed the first time it is
+needed, in milliseconds, and written to a wisdom file keyed by CPU model, CPU class
+(`cpu_class`), threads and torch version, so later processes on that machine read it instead.
+Every choice this process made is listed by `choices_made()`, and runs record them.
+
+The wisdom file is `$BATCHED_REASONING_WISDOM`, else `batched_reasoning/wisdom.json` in the
+user's cache folder (`$XDG_CACHE_HOME`, else `~/.cache`). Deleting it makes the next run measure
+again; an unreadable one is measured over, with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .cpu_class import current_cpu_class
+from .devices import cpu_model
+from .io import write_json
+
+WISDOM_ENV = "BATCHED_REASONING_WISDOM"
+# cached positions of the timed decode step: a short answer's context
+DECODE_CONTEXT = 128
+_made: dict[str, dict] = {}
+
+
+def wisdom_path() -> Path:
+    if os.environ.get(WISDOM_ENV):
+        return Path(os.environ[WISDOM_ENV])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "batched_reasoning" / "wisdom.json"
+
+
+def machine_key() -> str:
+    """What a measurement holds for: this CPU, acted-out class, thread count and torch."""
+    return (f"{cpu_model()} | class {current_cpu_class()} | {torch.get_num_threads()} threads | "
+            f"torch {torch.__version__}")
+
+
+def read_wisdom(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        wisdom = json.loads(path.read_text())
+        if not isinstance(wisdom, dict):
+            raise ValueError("not a JSON object")
+        return wisdom
+    except (OSError, ValueError) as error:
+        print(f"calibration: ignoring unreadable wisdom file {path} ({error}); measuring again",
+              file=sys.stderr, flush=True)
+        return {}
+
+
+def choose(name: str, measure) -> dict:
+    """The recorded choice `name` for this machine, or `measure()`'s (a dict with a `choice`),
+    then written to the wisdom file. A read-only cache folder only costs measuring again."""
+    if name in _made:
+        return _made[name]
+    path, key = wisdom_path(), machine_key()
+    known = read_wisdom(path).get(key, {}).get(name)
+    if not (isinstance(known, dict) and "choice" in known):
+        known = measure()
+        wisdom = read_wisdom(path)  # again: another process may have added to it meanwhile
+        wisdom.setdefault(key, {})[name] = known
+        try:
+            write_json(wisdom, path)
+        except OSError as error:
+            print(f"calibration: cannot keep wisdom in {path} ({error})", file=sys.stderr,
+                  flush=True)
+    _made[name] = known
+    return known
+
+
+def choices_made() -> dict[str, str]:
+    """Every choice this process has made so far: name -> choice."""
+    return {name: record["choice"] for name, record in sorted(_made.items())}
+
+
+def median_ms(calls: dict, repeats: int = 15) -> dict[str, float]:
+    """Each call's median time in ms. The calls take turns, so a machine busy with other jobs
+    slows them alike and the comparison stays fair."""
+    times = {name: [] for name in calls}
+    for call in calls.values():
+        call()  # warm-up: first calls pay for allocation and dispatch
+    for _ in range(repeats):
+        for name, call in calls.items():
+            tick = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - tick)
+    return {name: sorted(t)[repeats // 2] * 1000 for name, t in times.items()}
+
+
+def decode_attention_in_float32(dtype: torch.dtype, heads: int, kv_heads: int,
+                                head_dim: int) -> bool:
+    """Whether one decode query's CPU attention over a half-precision cache runs faster with
+    queries, keys and values converted to float32 (which only rounds less). Timed once per
+    dtype and head shape at 4 rows of `DECODE_CONTEXT` cached positions."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        return False
+    name = f"decode_attention/{str(dtype).removeprefix('torch.')}/{heads}x{kv_heads}x{head_dim}"
+
+    def measure() -> dict:
+        generator = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(4, h, t, head_dim, generator=generator).to(dtype)
+                   for h, t in ((heads, 1), (kv_heads, DECODE_CONTEXT), (kv_heads, DECODE_CONTEXT)))
+        mask = torch.ones(4, 1, 1, DECODE_CONTEXT, dtype=torch.bool)
+        mask[0, ..., : DECODE_CONTEXT // 4] = False  # a left-padded row
+        gqa = heads != kv_heads
+        ms = median_ms({
+            "native": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                             enable_gqa=gqa),
+            "float32": lambda: F.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=gqa).to(dtype)})
+        return {"choice": min(ms, key=ms.get)} | {f"{name}_ms": round(t, 4)
+                                                   for name, t in ms.items()}
+
+    return choose(name, measure)["choice"] == "float32"
