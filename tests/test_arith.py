@@ -66,3 +66,15 @@ def test_each_worked_line_is_one_operation_of_the_problem_in_order(arith):
             assert match and (op not in "+-" or match[1] == b), (line, phrase)
             value = int(c)
         assert str(value) == r["answer"] == grading.extract_answer(r["solution"])
+
+
+def test_a_problem_adds_and_takes_away_one_amount_each(arith):
+    """Every `gets N more` of a problem has the same N, and every `gives away N` too, so a
+    worked step's amount is never another phrase's; the chains still mix both."""
+    mixed = 0
+    for record in arith["train"] + arith["test"]:
+        added = set(re.findall(r"gets (\d) more", record["problem"]))
+        taken = set(re.findall(r"gives away (\d)", record["problem"]))
+        assert len(added) <= 1 and len(taken) <= 1, record["problem"]
+        mixed += bool(added and taken)
+    assert mixed > 0.2 * len(arith["train"])

@@ -19,7 +19,8 @@ from batched_reasoning.prompts import TextTokenizer, render_prompt
 from batched_reasoning.toy import build_toy_model
 
 ARCH = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=512)
+            num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=512,
+            rope_theta=10000.0)
 
 
 @pytest.fixture(scope="module")

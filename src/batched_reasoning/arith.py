@@ -11,6 +11,12 @@ line per operation) is what makes the long chains solvable, as in the book's sto
 A worked line restates the phrase it works (`gets 3 more: 5+3=8`): the next step is then the
 phrase that follows the last one copied, found by matching text (what small transformers learn
 first and reliably), not by counting phrases, where a tiny model confuses operands.
+
+Within a problem every `gets N more` has the same N and every `gives away N` the same N. With
+different amounts, the toy learnt which kind of operation came next long before it learnt which
+of several `gives away N` it was at: in three pretrained models that failed long chains, every
+wrong first step (49 to 59 of 60 problems of levels 4-5) had the right operation and another
+phrase's amount, and when it learnt that varied by hundreds of steps between seeds and CPUs.
 """
 
 from __future__ import annotations
@@ -24,12 +30,13 @@ CHAIN_LENGTHS = (1, 2, 4, 6, 8)
 LARGEST = 9  # every count is a single digit
 
 
-def next_operations(value: int) -> list[str]:
-    """The operations that keep `value` a single digit (halving only an even count)."""
+def next_operations(value: int, amounts: dict[str, int]) -> list[str]:
+    """The operations that keep `value` a single digit (halving only an even count), adding or
+    taking away the problem's amount for that operation if it has one already."""
     ops = []
-    if value < LARGEST:
+    if value + amounts.get("+", 1) <= LARGEST:
         ops.append("+")
-    if value > 0:
+    if value - amounts.get("-", 1) >= 0:
         ops.append("-")
     if 1 <= value <= LARGEST // 2:
         ops.append("*2")
@@ -40,13 +47,14 @@ def next_operations(value: int) -> list[str]:
     return ops
 
 
-def apply(rng: random.Random, value: int, op: str) -> tuple[int, str, str]:
-    """(new value, the problem's phrase, the worked line) of one operation on `value`."""
+def apply(rng: random.Random, value: int, op: str, amounts: dict[str, int]) -> tuple[int, str, str]:
+    """(new value, the problem's phrase, the worked line) of one operation on `value`; the
+    first `+` or `-` of a problem draws its amount into `amounts`, later ones reuse it."""
     if op == "+":
-        amount = rng.randint(1, LARGEST - value)
+        amount = amounts.setdefault("+", rng.randint(1, LARGEST - value))
         phrase, symbol, result = f"gets {amount} more", f"+{amount}", value + amount
     elif op == "-":
-        amount = rng.randint(1, value)
+        amount = amounts.setdefault("-", rng.randint(1, value))
         phrase, symbol, result = f"gives away {amount}", f"-{amount}", value - amount
     elif op == "/2":
         phrase, symbol, result = "gives away half", "/2", value // 2
@@ -62,12 +70,18 @@ def arith_problem(rng: random.Random, level: int) -> tuple[str, list[str], int]:
     if not 1 <= level <= len(CHAIN_LENGTHS):
         raise ValueError(f"level must be 1..{len(CHAIN_LENGTHS)}, got {level}")
     name, items = rng.choice(NAMES), rng.choice(ITEMS)
-    value = start = rng.randint(1, LARGEST)
-    phrases, lines = [], []
-    for _ in range(CHAIN_LENGTHS[level - 1]):
-        value, phrase, line = apply(rng, value, rng.choice(next_operations(value)))
-        phrases.append(phrase)
-        lines.append(line)
+    while True:  # a chain can run out of operations (7 after +3 and -8): draw it again
+        value = start = rng.randint(1, LARGEST)
+        phrases, lines, amounts = [], [], {}
+        for _ in range(CHAIN_LENGTHS[level - 1]):
+            ops = next_operations(value, amounts)
+            if not ops:
+                break
+            value, phrase, line = apply(rng, value, rng.choice(ops), amounts)
+            phrases.append(phrase)
+            lines.append(line)
+        else:
+            break
     chain = phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + ", then " + phrases[-1]
     return f"{name} has {start} {items}, {chain}. How many {items} does {name} have now?", lines, value
 

@@ -51,6 +51,7 @@ def build_toy_model(train_path: str, out_dir: str, *, architecture: dict, seed: 
         intermediate_size=architecture["intermediate_size"],
         max_position_embeddings=architecture["max_position_embeddings"],
         end_token_id=tokenizer.token_to_id(END_TOKEN),
+        rope_theta=architecture["rope_theta"],
     )
     torch.manual_seed(seed)
     model = init_weights(Qwen3(Qwen3Config.from_dict(config)), seed)

@@ -23,6 +23,8 @@ from tokenizers import (
     trainers,
 )
 
+from .prompts import BASE_END_TOKEN
+
 # Qwen3's added tokens in id order (151643..151668 in the real model), with their `special` flag
 # copied from Qwen3's tokenizer.json: tool-call and think tags are added tokens but NOT special,
 # so `decode(..., skip_special_tokens=True)` keeps them, as with the real model.
@@ -55,7 +57,7 @@ QWEN3_ADDED_TOKENS: list[tuple[str, bool]] = [
     ("</think>", False),
 ]
 QWEN3_SPECIAL_TOKENS: list[str] = [content for content, _ in QWEN3_ADDED_TOKENS]
-END_TOKEN = "<|endoftext|>"
+END_TOKEN = BASE_END_TOKEN  # the toy is a base model: it ends its answers as Qwen3 base models do
 
 # Qwen3's pre-tokenizer split pattern, verbatim from its tokenizer.json. `\p{N}` alone (not `\p{N}+`)
 # puts every digit in its own token.
@@ -116,6 +118,7 @@ def toy_model_config(
     intermediate_size: int,
     max_position_embeddings: int,
     end_token_id: int,
+    rope_theta: float = 1_000_000.0,
 ) -> dict:
     """A Hugging Face Qwen3 `config.json` dict for a small model.
 
@@ -140,7 +143,7 @@ def toy_model_config(
         "max_position_embeddings": max_position_embeddings,
         "initializer_range": 0.02,
         "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
+        "rope_theta": rope_theta,
         "rope_scaling": None,
         "attention_bias": False,
         "attention_dropout": 0.0,
