@@ -29,6 +29,7 @@ the values. But a random model ends its answers only by chance, so their lengths
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import subprocess
 import sys
@@ -44,7 +45,7 @@ import torch
 from . import llama_cpp
 from .book_compat import to_book_model
 from .checkpoint import load_model, save_model
-from .config import Qwen3Config, resolve_dtype
+from .config import QWEN3_SHAPES, Qwen3Config, resolve_dtype
 from .cpu_class import CPU_CLASSES, current_cpu_class, environment_for
 from .data import load_records
 from .devices import device_name, resolve_device, synchronize
@@ -60,11 +61,7 @@ from .toy import init_weights
 
 SHAPES = {
     # Qwen3-0.6B's architecture (its config.json); the vocabulary is the real model's.
-    "qwen3-0.6b": dict(
-        vocab_size=151_936, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
-        num_key_value_heads=8, head_dim=128, intermediate_size=3072,
-        rope_theta=1_000_000.0, tie_word_embeddings=True, max_position_embeddings=40_960,
-    ),
+    "qwen3-0.6b": dataclasses.asdict(QWEN3_SHAPES["qwen3-0.6b"]),
     # Same layout, small enough for tests; the vocabulary is sized to the tokenizer.
     "tiny": dict(
         hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -396,7 +393,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--decode-context", type=int,
                         help="cached positions of the profiled decode step (default: mean prompt length)")
     parser.add_argument("--llama-batched-bench", metavar="BINARY",
-                        help="also time llama.cpp's llama-batched-bench on --gguf (see README)")
+                        help="also time llama.cpp's llama-batched-bench on --gguf "
+                             "(see docs/benchmarking.md)")
     parser.add_argument("--gguf", help="the checkpoint converted to GGUF, for --llama-batched-bench")
     parser.add_argument("--csv", default="bench.csv",
                         help="the table; the decode-step table goes beside it as NAME-decode.csv "

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-PAD_TOKEN = "<|endoftext|>"
 BASE_END_TOKEN = "<|endoftext|>"
+PAD_TOKEN = BASE_END_TOKEN  # Qwen3 pads with its base models' end token
 CHAT_END_TOKEN = "<|im_end|>"
 PROMPT_STYLES = ("base", "reasoning", "instruct")
 

@@ -28,6 +28,7 @@ NO_EFFECT_NOTE = f"{NO_EFFECT_MARK} the effect's 95% interval includes 0: these 
 
 
 def load_runs(metrics_paths: list[str]) -> pd.DataFrame:
+    """One row per run: its metrics.json."""
     return pd.DataFrame([read_json(p) for p in metrics_paths])
 
 
@@ -212,7 +213,7 @@ def plot_throughput(table: pd.DataFrame, png: str, title: str) -> None:
 def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
     """One row per run; speedup is sequential's training time over the run's (same setup and
     world size); scaling is the one-rank run's time per step over the run's."""
-    runs = pd.DataFrame([read_json(p) for p in metrics_paths])
+    runs = load_runs(metrics_paths)
     rows = []
     for _, run in runs.iterrows():
         base = sequential_baseline(runs, run,
@@ -284,7 +285,7 @@ def self_consistency_table(metrics_paths: list[str], records_paths: list[str],
                            skipped: list[dict] = ()) -> pd.DataFrame:
     """One row per run, compared with the sequential run of the same model, data and device;
     `skipped` runs get a row and a note."""
-    runs = pd.DataFrame([read_json(p) for p in metrics_paths])
+    runs = load_runs(metrics_paths)
     records = [read_jsonl(p) for p in records_paths]
     runs["winners"] = [[r["winner"] for r in run] for run in records]
     runs["correct"] = [[int(r["correct"]) for r in run] for run in records]
@@ -394,7 +395,7 @@ def distill_table(metrics_paths: list[str],
     missing = {"accuracy": math.nan, "truncated": math.nan}
     no_effect = {"accuracy_gain": math.nan, "accuracy_gain_lo": math.nan,
                  "accuracy_gain_hi": math.nan}
-    runs = pd.DataFrame([read_json(p) for p in metrics_paths])
+    runs = load_runs(metrics_paths)
     rows = []
     for _, run in runs.iterrows():
         bs1 = matching(runs, run, ["seed", "model", "dataset", "device", "world_size"],

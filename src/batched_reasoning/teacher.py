@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from .arith import direct_answer
 from .data import parse_records_file
 from .hub import download_dataset_file
 from .io import atomic_path, read_jsonl, write_json
@@ -36,7 +37,7 @@ def make_teacher_traces(records: list[dict]) -> list[dict]:
     """`arith` records as teacher rows: the worked steps think, the boxed answer concludes."""
     rows = []
     for record in records:
-        content = f"The answer is \\boxed{{{record['answer']}}}."
+        content = direct_answer(record["answer"])
         if not record["solution"].endswith(content):
             raise ValueError(f"{record.get('unique_id')}: solution does not end with {content!r}")
         rows.append({
