@@ -85,7 +85,8 @@ def _rank_main(call: str, result: str) -> None:
         if is_main():
             Path(result).write_bytes(pickle.dumps(value))
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def rank() -> int:
