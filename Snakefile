@@ -18,6 +18,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/self_consistency.smk"
 include: "workflow/rules/grpo.smk"
 include: "workflow/rules/distill.smk"
+include: "workflow/rules/autotune.smk"
 include: "workflow/rules/tables.smk"
 
 
@@ -29,3 +30,4 @@ rule all:
         rules.grpo_table.output,
         rules.distill_table.output,
         rules.story_table.output,
+        rules.autotune_table.output if PLAN.probes() else [],

@@ -172,3 +172,63 @@ def test_self_consistency_batches_are_predicted_from_their_distinct_prompts(
         windows = [len({i // num_samples for i in range(start, start + batch_size)})
                    for start in range(4 * num_samples)]
         assert max(windows) == distinct
+
+
+# --- batch_sizes: auto ------------------------------------------------------------------------
+
+def auto_plan(choice=None, **changes) -> Plan:
+    plan = plan_of(**changes)
+    plan.choice = choice
+    return plan
+
+
+def test_auto_asks_one_probe_per_stage_model_dataset_device_and_seed():
+    plan = auto_plan(seeds=[0, 1], evaluate__batch_sizes=[1, "auto"], distill__batch_sizes=["auto"])
+    assert [p.path() for p in plan.probes()] == [
+        f"results/autotune/seed{s}/{stage}/toy/arith/cpu.json"
+        for stage in ("evaluate", "distill") for s in (0, 1)]
+    assert auto_plan().probes() == []  # without auto nothing changes
+
+
+def test_auto_runs_at_the_size_its_probe_chose_next_to_the_listed_sizes():
+    asked = []
+
+    def choice(probe):
+        asked.append(probe)
+        return {"evaluate": 8, "self_consistency": 16, "grpo": 4, "distill": 2}[probe.stage]
+
+    plan = auto_plan(choice, evaluate__batch_sizes=[1, "auto"], evaluate__strategies=["batched"],
+                     self_consistency__batch_sizes=["auto", 16], grpo__batch_sizes=["auto"],
+                     distill__batch_sizes=["auto"])
+    assert [r.batch_size for r in plan.generation_runs("evaluate")] == [1, 8]
+    assert [r.batch_size for r in plan.generation_runs("self_consistency")
+            if r.strategy != "sequential"] == [16]  # auto chose a listed size: it runs once
+    assert [r.batch_size for r in plan.grpo_runs()] == [4]
+    assert {r.model for r in plan.student_evaluations()} == {"toy", "toy-distilled-bs2-cpu"}
+    inputs = plan.table_inputs("distill")
+    assert inputs["autotune"] == ["results/autotune/seed0/distill/toy/arith/cpu.json"]
+    assert inputs["metrics"] == ["results/seed0/distill/toy/arith/bs2/cpu/ws1/metrics.json"]
+    assert {p.stage for p in asked} == {"evaluate", "self_consistency", "grpo", "distill"}
+
+
+def test_a_size_the_probe_chose_is_never_skipped_by_the_prediction():
+    predicted = plan_of().predicted_generation_mb("evaluate", "toy", 64, "cpu")["total"]
+    plan = auto_plan(lambda probe: 64, evaluate__batch_sizes=["auto", 32],
+                     evaluate__strategies=["batched"], memory_budget_mb__cpu=predicted / 2)
+    assert [r.batch_size for r in plan.generation_runs("evaluate")] == [64]  # 32 skipped
+    # the skip table is known before any probe has run, and names only listed sizes
+    unprobed = auto_plan(None, evaluate__batch_sizes=["auto", 32],
+                         evaluate__strategies=["batched"], memory_budget_mb__cpu=predicted / 2)
+    assert [row["batch_size"] for row in unprobed.skipped("evaluate")] == [32]
+    with pytest.raises(PlanError, match="evaluate.batch_sizes has auto"):
+        unprobed.generation_runs("evaluate")
+
+
+def test_jobs_ask_at_least_what_their_probe_measured():
+    plan = plan_of()
+    predicted = plan.generation_resources("evaluate", "toy", 8, "cpu")["mem_mb"]
+    measured = plan.generation_resources("evaluate", "toy", 8, "cpu", measured_mb=10 * predicted)
+    assert measured["mem_mb"] > 9 * predicted
+    run = TrainingRun(0, "toy", "arith", 8, "cpu", 1)
+    trained = plan.training_resources("distill", run)["mem_mb"]
+    assert plan.training_resources("distill", run, measured_mb=10 * trained)["mem_mb"] > 9 * trained

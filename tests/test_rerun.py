@@ -9,14 +9,13 @@ ignores write bits, so only an ordinary user sees a write-protected output stop 
 import hashlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
 
 import pytest
 import yaml
-from workflow_helpers import REPO, SNAKEMAKE, copy_workflow, snakemake
+from workflow_helpers import REPO, SNAKEMAKE, copy_run, copy_workflow, snakemake, with_own_library
 
 from batched_reasoning.io import read_json
 from batched_reasoning.plan import Plan
@@ -35,7 +34,8 @@ def run(workdir, *args, check=True):
     """A real `snakemake` run; returns {rule: jobs that ran}."""
     proc = snakemake(workdir, *args, env=library_env(workdir), check=check)
     ran = {}
-    for rule in re.findall(r"^(?:local)?rule (\w+):$", proc.stdout + proc.stderr, re.M):
+    for rule in re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", proc.stdout + proc.stderr,
+                           re.M):
         ran[rule] = ran.get(rule, 0) + 1
     ran.pop("all", None)
     return ran
@@ -58,17 +58,14 @@ def plan_of(workdir) -> Plan:
 
 @pytest.fixture(scope="module")
 def complete_run(tmp_path_factory):
-    workdir = copy_workflow(tmp_path_factory.mktemp("rerun") / "run")
-    shutil.copytree(REPO / "src", workdir / "src", ignore=shutil.ignore_patterns("*.egg-info"))
+    workdir = with_own_library(copy_workflow(tmp_path_factory.mktemp("rerun") / "run"))
     run(workdir)
     return workdir
 
 
 @pytest.fixture
 def workdir(complete_run, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(complete_run, copy, symlinks=True)  # copy2: mtimes are kept
-    return copy
+    return copy_run(complete_run, tmp_path / "run")
 
 
 def snapshot(workdir) -> dict[str, tuple[int, str]]:

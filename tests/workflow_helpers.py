@@ -65,3 +65,16 @@ def failed_job_errors(workdir: Path, output: str, limit: int = 30) -> str:
                  if re.search(r"Error|Exception|error:|Killed|exitcode", line)]
         lines += [f"{log}:"] + [f"    {line}" for line in found[-limit:]]
     return "\n".join(lines) or "(no log of a failed job found)"
+
+
+def with_own_library(workdir: Path) -> Path:
+    """The library copied into the work directory, for runs that import it from there
+    (`PYTHONPATH`), so a test can edit a module without touching the repository."""
+    shutil.copytree(REPO / "src", workdir / "src", ignore=shutil.ignore_patterns("*.egg-info"))
+    return workdir
+
+
+def copy_run(complete: Path, destination: Path) -> Path:
+    """A finished run copied with its mtimes (copy2), so Snakemake sees it as finished."""
+    shutil.copytree(complete, destination, symlinks=True)
+    return destination

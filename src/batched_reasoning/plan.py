@@ -1,6 +1,7 @@
 """The plan of a workflow run, from its validated config alone: which runs each stage makes,
 which the memory budget leaves out and why, what each job asks a scheduler for, and how
-distilled students are named.
+distilled students are named. A batch size `auto` is the one its probe chose (`autotune`): the
+plan asks for it through `choice`, which the workflow answers once the probe has run.
 
 `workflow/rules/common.smk` only wires this into rules, so the planning is unit-tested like
 the rest of the library. A model's shape is known before anything is downloaded: the toy's
@@ -11,6 +12,7 @@ catalogue entry declares (checked against the download).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,9 +71,32 @@ class TrainingRun:
                 f"bs{self.batch_size}/{self.device}/ws{self.world_size}/{name}")
 
 
+@dataclass(frozen=True)
+class Probe:
+    """The batch-size probe of one stage for one model, dataset and device (`auto`)."""
+
+    seed: int
+    stage: str
+    model: str
+    dataset: str
+    device: str
+
+    def path(self) -> str:
+        return (f"results/autotune/seed{self.seed}/{self.stage}/{self.model}/{self.dataset}/"
+                f"{self.device}.json")
+
+    def wildcards(self) -> dict[str, str]:
+        return {"seed": str(self.seed), "stage": self.stage, "model": self.model,
+                "dataset": self.dataset, "device": self.device}
+
+
 STUDENT = re.compile(
     r"(?P<base>.+)-distilled-bs(?P<batch_size>\d+)-(?P<device>cpu|cuda|mps)(?:-ws(?P<world_size>\d+))?"
 )
+
+
+def paths(runs, stage: str, name: str) -> list[str]:
+    return [run.path(stage, name) for run in runs]
 
 
 def student_name(model: str, batch_size, device: str, world_size=1) -> str:
@@ -107,8 +132,9 @@ def check_shape(model_dir: str | Path, shape: str | dict, key: str) -> None:
 class Plan:
     """Every decision the workflow makes from its config, before any job runs."""
 
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, choice: Callable[[Probe], int] | None = None):
         self.config = config
+        self.choice = choice
         self.check()
 
     # --- checks -------------------------------------------------------------------------
@@ -178,9 +204,43 @@ class Plan:
             return Qwen3Config.from_file(Path(entry["path"]) / "config.json")
         return declared_shape(entry["shape"], f"models.{base}.shape")
 
+    # --- batch sizes, `auto` among them ---------------------------------------------------------
+
+    def probes(self) -> list[Probe]:
+        """Every probe the config's `auto` batch sizes need."""
+        return [Probe(seed, stage, model, dataset, device)
+                for stage in GENERATION_STAGES + TRAINING_STAGES
+                if "auto" in self.config[stage]["batch_sizes"]
+                for seed in self.config["seeds"]
+                for model in self.config[stage]["models"]
+                for dataset in self.config[stage]["datasets"]
+                for device in self.config[stage]["devices"]]
+
+    def batch_sizes(self, stage: str, seed: int, model: str, dataset: str, device: str,
+                    probed: bool = True) -> list[int]:
+        """A stage's batch sizes for one model, dataset and device: `auto` as its probe chose
+        (left out when `probed` is False), each size once."""
+        sizes = []
+        for size in self.config[stage]["batch_sizes"]:
+            if size == "auto":
+                if not probed:
+                    continue
+                if self.choice is None:
+                    raise PlanError(f"config: {stage}.batch_sizes has auto, which needs its probe")
+                size = self.choice(Probe(seed, stage, model, dataset, device))
+            if size not in sizes:
+                sizes.append(size)
+        return sizes
+
+    def chosen(self, stage: str, run) -> bool:
+        """Whether `run`'s batch size is the one its stage's probe chose."""
+        return ("auto" in self.config[stage]["batch_sizes"] and self.choice is not None
+                and run.batch_size == self.choice(Probe(run.seed, stage, run.model, run.dataset,
+                                                        run.device)))
+
     # --- generation stages ------------------------------------------------------------------
 
-    def requested(self, stage: str) -> list[GenerationRun]:
+    def requested(self, stage: str, probed: bool = True) -> list[GenerationRun]:
         """Every run a generation stage's config asks for. `sequential` is one sequence at a
         time whatever the batch size, so it runs once (size 1)."""
         cfg = self.config[stage]
@@ -188,7 +248,8 @@ class Plan:
                 for seed in self.config["seeds"]
                 for model in cfg["models"] for dataset in cfg["datasets"]
                 for device in cfg["devices"] for strategy in cfg["strategies"]
-                for batch_size in ([1] if strategy == "sequential" else cfg["batch_sizes"])]
+                for batch_size in ([1] if strategy == "sequential" else
+                                   self.batch_sizes(stage, seed, model, dataset, device, probed))]
 
     def distinct_prompts(self, stage: str, batch_size: int) -> int:
         """The most distinct prompts one batch of a stage can hold. Self-consistency without
@@ -209,10 +270,11 @@ class Plan:
             CPU_WORKFLOW_JOB_MB if device == "cpu" else None,
             distinct_prompts=self.distinct_prompts(stage, batch_size))
 
-    def over_budget(self, stage: str, run: GenerationRun) -> float | None:
-        """The predicted peak of a run if it exceeds its device's memory budget."""
+    def over_budget(self, stage: str, run: GenerationRun, probed: bool = True) -> float | None:
+        """The predicted peak of a run if it exceeds its device's memory budget (a size its probe
+        chose was measured to fit; `probed` False: not asked)."""
         budget = self.config["memory_budget_mb"][run.device]
-        if budget is None:
+        if budget is None or (probed and self.chosen(stage, run)):
             return None
         predicted = self.predicted_generation_mb(stage, run.model, run.batch_size,
                                                  run.device)["total"]
@@ -228,8 +290,8 @@ class Plan:
         if stage not in GENERATION_STAGES:
             return []
         rows = []
-        for run in self.requested(stage):
-            predicted = self.over_budget(stage, run)
+        for run in self.requested(stage, probed=False):
+            predicted = self.over_budget(stage, run, probed=False)
             if predicted is not None:
                 budget = self.config["memory_budget_mb"][run.device]
                 rows.append({
@@ -249,7 +311,8 @@ class Plan:
                 for seed in self.config["seeds"]
                 for model in cfg["models"] for dataset in cfg["datasets"]
                 for device in cfg["devices"] for strategy in cfg["strategies"]
-                for batch_size in ([1] if strategy == "sequential" else cfg["batch_sizes"])
+                for batch_size in ([1] if strategy == "sequential" else
+                                   self.batch_sizes("grpo", seed, model, dataset, device))
                 for world_size in cfg["world_sizes"]]
 
     def distill_runs(self) -> list[TrainingRun]:
@@ -257,7 +320,8 @@ class Plan:
         return [TrainingRun(seed, model, dataset, batch_size, device, world_size)
                 for seed in self.config["seeds"]
                 for model in cfg["models"] for dataset in cfg["datasets"]
-                for device in cfg["devices"] for batch_size in cfg["batch_sizes"]
+                for device in cfg["devices"]
+                for batch_size in self.batch_sizes("distill", seed, model, dataset, device)
                 for world_size in cfg["world_sizes"]]
 
     def student_evaluations(self) -> list[GenerationRun]:
@@ -272,23 +336,49 @@ class Plan:
                                        run.device))
         return sorted(runs, key=lambda r: (r.seed, r.model, r.dataset, r.device))
 
+    # --- the tables ------------------------------------------------------------------------------
+
+    def table_inputs(self, stage: str) -> dict[str, list[str]]:
+        """The files a stage's table joins: its runs' outputs (distillation: also the
+        evaluations of every student and its base) and its probes' choices."""
+        if stage == "grpo":
+            runs = self.grpo_runs()
+            found = {"metrics": paths(runs, "grpo", "metrics.json"),
+                     "logs": paths(runs, "grpo", "log.csv")}
+        elif stage == "distill":
+            runs, evaluations = self.distill_runs(), self.student_evaluations()
+            found = {"metrics": paths(runs, "distill", "metrics.json"),
+                     "logs": paths(runs, "distill", "log.csv"),
+                     "evaluations": paths(evaluations, "evaluate", "metrics.json"),
+                     "evaluation_records": paths(evaluations, "evaluate", "records.jsonl")}
+        else:
+            runs = self.generation_runs(stage)
+            found = {"metrics": paths(runs, stage, "metrics.json"),
+                     "records": paths(runs, stage, "records.jsonl")}
+        return found | {"autotune": [p.path() for p in self.probes() if p.stage == stage]}
+
     # --- what a job asks a scheduler for ----------------------------------------------------
 
     def generation_resources(self, stage: str, model: str, batch_size: int, device: str,
-                             attempt: int = 1) -> dict[str, int]:
+                             attempt: int = 1, measured_mb: float | None = None) -> dict[str, int]:
         """Host memory (`mem_mb`) and GPUs of a generation job, more memory on each retry.
 
         On a GPU the model's tensors live in GPU memory; the host process holds its runtime and
         one copy of the weights while it loads them (`load_model` reads them on the CPU first).
+        On CPU a peak its probe measured at this size counts where it exceeds the prediction.
         """
         parts = self.predicted_generation_mb(stage, model, batch_size, device)
         host = parts["total"] if device == "cpu" else CPU_WORKFLOW_JOB_MB + parts["weights"]
+        if device == "cpu" and measured_mb is not None:
+            host = max(host, measured_mb)
         return {"mem_mb": int(attempt * REQUEST_HEADROOM * host),
                 "gpu": 1 if device == "cuda" else 0}
 
-    def training_resources(self, stage: str, run: TrainingRun, attempt: int = 1) -> dict[str, int]:
+    def training_resources(self, stage: str, run: TrainingRun, attempt: int = 1,
+                           measured_mb: float | None = None) -> dict[str, int]:
         """Memory, GPUs and CPUs of a training job: its ranks run in one task (torchrun forks
-        them), each with `threads` CPUs, its own GPU on CUDA, and one rank's memory."""
+        them), each with `threads` CPUs, its own GPU on CUDA, and one rank's memory (on CPU at
+        least the peak its probe measured at this size, `measured_mb`)."""
         cfg = self.config[stage]
         sequence = PROMPT_TOKENS + cfg.get("max_new_tokens", 0) if stage == "grpo" else cfg["max_seq_len"]
         if stage == "distill":  # a rank runs batch_size examples at a time
@@ -298,6 +388,8 @@ class Plan:
         parts = predict_training_mb(self.architecture(run.model), self.config["dtype"][run.device],
                                     per_rank_rows, sequence, run.device)
         host = parts["total"] if run.device == "cpu" else CPU_WORKFLOW_JOB_MB + parts["weights"]
+        if run.device == "cpu" and measured_mb is not None:
+            host = max(host, measured_mb)
         gpus = run.world_size if run.device == "cuda" else 0
         return {"mem_mb": int(attempt * REQUEST_HEADROOM * host * run.world_size), "gpu": gpus,
                 "cpus_per_task": self.config["threads"] * run.world_size}

@@ -4,7 +4,8 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from batched_reasoning.plan import Plan, PlanError, TrainingRun
+from batched_reasoning.autotune import chosen_batch_size, measured_peak_mb
+from batched_reasoning.plan import Plan, PlanError, Probe, TrainingRun
 from batched_reasoning.provenance import script_code_hash
 
 if "seed" in config:
@@ -15,8 +16,16 @@ if "seed" in config:
 # `--config seeds=[0,1]` arrives as a list of strings
 config["seeds"] = [int(s) if str(s).isdigit() else s for s in config.get("seeds", [0])]
 validate(config, "../schemas/config.schema.yaml")
+
+
+def chosen_size(probe):
+    """The batch size `probe` chose (`auto`): Snakemake runs the probe first, a checkpoint."""
+    return chosen_batch_size(checkpoints.autotune.get(**probe.wildcards()).output.json)
+
+
 try:
-    PLAN = Plan(config)  # what runs, what is skipped and why, what each job asks for
+    # what runs, what is skipped and why, what each job asks for
+    PLAN = Plan(config, choice=chosen_size)
 except PlanError as error:
     raise WorkflowError(str(error)) from None
 
@@ -54,10 +63,6 @@ def alternation(names):
     return "|".join(re.escape(n) for n in names) or "(?!)"
 
 
-def paths(runs, stage, name):
-    return [run.path(stage, name) for run in runs]
-
-
 def model_input(wildcards):
     return PLAN.model_dir(wildcards.model, wildcards.dataset, int(wildcards.seed))
 
@@ -78,10 +83,31 @@ def dtype_of(wildcards):
     return config["dtype"][wildcards.device]
 
 
+def probed_peak_mb(stage, wildcards):
+    """The peak the stage's probe measured at this batch size, where `auto` ran one."""
+    if "auto" not in config[stage]["batch_sizes"]:
+        return None
+    probe = Probe(
+        int(wildcards.seed),
+        stage,
+        wildcards.model,
+        wildcards.dataset,
+        wildcards.device,
+    )
+    if not Path(probe.path()).exists():
+        return None
+    return measured_peak_mb(probe.path(), int(wildcards.batch_size))
+
+
 def generation_resource(stage, key):
     def value(wildcards, attempt):
         resources = PLAN.generation_resources(
-            stage, wildcards.model, int(wildcards.batch_size), wildcards.device, attempt
+            stage,
+            wildcards.model,
+            int(wildcards.batch_size),
+            wildcards.device,
+            attempt,
+            probed_peak_mb(stage, wildcards),
         )
         return resources[key]
 
@@ -99,7 +125,9 @@ def training_resource(stage, key):
             int(wildcards.world_size),
             wildcards.get("strategy"),
         )
-        return PLAN.training_resources(stage, run, attempt)[key]
+        return PLAN.training_resources(
+            stage, run, attempt, probed_peak_mb(stage, wildcards)
+        )[key]
 
     return value
 
@@ -126,3 +154,40 @@ def teacher_input(wildcards):
     if teacher["source"] == "local":
         return {"source": teacher["path"]}
     return {}
+
+
+def autotune_input(wildcards):
+    """A probe's model and the stage's own problems (GRPO: its training problems;
+    distillation: the teacher's traces)."""
+    records = {
+        "grpo": f"resources/data/{wildcards.dataset}/train.jsonl",
+        "distill": f"resources/teacher/{wildcards.dataset}.json",
+    }.get(wildcards.stage, dataset_file(wildcards))
+    return {"model": model_input(wildcards), "records": records}
+
+
+def autotune_memory(wildcards, attempt):
+    """What a probe asks a scheduler for: the configured budget, else the memory model's
+    prediction for a batch of 64 (its trials then keep under what the job was given)."""
+    budget = config["memory_budget_mb"][wildcards.device]
+    if budget is not None:
+        return int(budget)
+    if wildcards.stage in ("grpo", "distill"):
+        run = TrainingRun(
+            int(wildcards.seed),
+            wildcards.model,
+            wildcards.dataset,
+            64,
+            wildcards.device,
+            1,
+        )
+        return PLAN.training_resources(wildcards.stage, run, attempt)["mem_mb"]
+    return PLAN.generation_resources(
+        wildcards.stage, wildcards.model, 64, wildcards.device, attempt
+    )["mem_mb"]
+
+
+def table_inputs(stage):
+    """A stage table's inputs as an input function: runs at a size `auto` chose are known once
+    its probe has run."""
+    return lambda wildcards: PLAN.table_inputs(stage)

@@ -1,32 +1,4 @@
 # One comparison table (TSV + Markdown) and plot per stage, from all of its runs.
-TABLE_INPUTS = {
-    "evaluate": {
-        "metrics": paths(PLAN.generation_runs("evaluate"), "evaluate", "metrics.json"),
-        "records": paths(PLAN.generation_runs("evaluate"), "evaluate", "records.jsonl"),
-    },
-    "self_consistency": {
-        "metrics": paths(
-            PLAN.generation_runs("self_consistency"), "self_consistency", "metrics.json"
-        ),
-        "records": paths(
-            PLAN.generation_runs("self_consistency"),
-            "self_consistency",
-            "records.jsonl",
-        ),
-    },
-    "grpo": {
-        "metrics": paths(PLAN.grpo_runs(), "grpo", "metrics.json"),
-        "logs": paths(PLAN.grpo_runs(), "grpo", "log.csv"),
-    },
-    "distill": {
-        "metrics": paths(PLAN.distill_runs(), "distill", "metrics.json"),
-        "logs": paths(PLAN.distill_runs(), "distill", "log.csv"),
-        "evaluations": paths(PLAN.student_evaluations(), "evaluate", "metrics.json"),
-        "evaluation_records": paths(
-            PLAN.student_evaluations(), "evaluate", "records.jsonl"
-        ),
-    },
-}
 TABLE_CATEGORIES = {
     "evaluate": "Evaluation",
     "self_consistency": "Self-consistency",
@@ -41,7 +13,7 @@ for stage, category in TABLE_CATEGORIES.items():
         name:
             f"{stage}_table"
         input:
-            **TABLE_INPUTS[stage],
+            unpack(table_inputs(stage)),
         output:
             tsv=report(
                 f"results/tables/{stage}.tsv",
@@ -109,3 +81,39 @@ rule story_table:
         code=CODE["story"],
     script:
         "../scripts/story.py"
+
+
+rule autotune_table:
+    input:
+        autotune=[probe.path() for probe in PLAN.probes()],
+    output:
+        tsv=report(
+            "results/tables/autotune.tsv",
+            caption="../report/autotune_table.rst",
+            category="Batch sizes (auto)",
+        ),
+        md=report(
+            "results/tables/autotune.md",
+            caption="../report/autotune_table.rst",
+            category="Batch sizes (auto)",
+        ),
+        plot=report(
+            "results/plots/autotune.png",
+            caption="../report/autotune_plot.rst",
+            category="Batch sizes (auto)",
+        ),
+    log:
+        "results/logs/tables/autotune.log",
+    benchmark:
+        "results/benchmarks/tables/autotune.tsv"
+    localrule: True
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime="10m",
+    params:
+        stage="autotune",
+        skipped=[],
+        code=CODE["table"],
+    script:
+        "../scripts/table.py"
