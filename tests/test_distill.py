@@ -21,10 +21,9 @@ from batched_reasoning.distill import (
     distill,
     epoch_batches,
     mean_loss,
-    padding_share,
     train_step,
 )
-from batched_reasoning.padding import batches
+from batched_reasoning.padding import batches, pad_fraction
 from batched_reasoning.prompts import TextTokenizer, format_prompt
 from batched_reasoning.tables import distill_table, evaluations, student_name
 from batched_reasoning.teacher import load_teacher_rows, make_teacher_traces
@@ -139,7 +138,10 @@ def test_length_sorting_changes_padding_not_the_objective(toy_dir, tokenizer, ex
     shuffled = epoch_batches(lengths, 4, seed=1, epoch=0, sort_by_length=False)
     bucketed = epoch_batches(lengths, 4, seed=1, epoch=0, sort_by_length=True)
     assert sorted(i for g in bucketed for i in g) == list(range(len(examples)))
-    assert padding_share(lengths, bucketed) < padding_share(lengths, shuffled)
+    def padding(groups):
+        return pad_fraction([[lengths[i] for i in g] for g in groups])
+
+    assert padding(bucketed) < padding(shuffled)
     assert epoch_loss(bucketed) == pytest.approx(epoch_loss(shuffled), abs=1e-6)
     assert epoch_loss(bucketed) == pytest.approx(mean_loss(model, examples, 4, tokenizer.pad_token_id),
                                                  abs=1e-6)

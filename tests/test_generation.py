@@ -12,7 +12,7 @@ from batched_reasoning import model as model_module
 from batched_reasoning.generation import STRATEGIES, Greedy, generate, prefill_batch
 from batched_reasoning.kernels import PREFILL_CALL_COST
 from batched_reasoning.kv_cache import KVCache, row_groups
-from batched_reasoning.padding import left_pad, length_sorted
+from batched_reasoning.padding import left_pad, length_sorted, pad_fraction
 from batched_reasoning.sampling import TopP
 from batched_reasoning.tables import compare_answer
 
@@ -244,3 +244,9 @@ def test_greedy_picks_the_first_of_tied_maxima_as_argmax_does(dtype):
     sampler = Greedy()
     assert sampler(logits, [0, 1, 2]).tolist() == [7, 100_000, 0] == logits.argmax(-1).tolist()
     assert sampler.margins.tolist() == [0.0, 1.0, 0.0]
+
+
+def test_pad_fraction_counts_the_padding_of_every_batch_at_its_own_width():
+    assert pad_fraction([[3, 1]]) == pytest.approx(2 / 6)
+    assert pad_fraction([[2, 2], [4]]) == 0.0  # each batch padded to its own longest
+    assert pad_fraction([[4, 1], [2, 2]]) == pytest.approx(3 / 12)

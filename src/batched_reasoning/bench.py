@@ -53,7 +53,7 @@ from .generation import STRATEGIES, Greedy, generate
 from .io import write_json
 from .memory import MEASURES, PeakMemory
 from .model import Qwen3
-from .padding import batches, left_pad
+from .padding import batches, left_pad, pad_fraction
 from .prompts import PROMPT_STYLES, TextTokenizer, format_prompt
 from .provenance import code_hash, package_versions
 from .roofline import decode_table, measure_machine
@@ -256,12 +256,6 @@ def cut_at(ids: list[int], eos_token_id: int | None) -> list[int]:
     return ids[: ids.index(eos_token_id)] if eos_token_id in ids else ids
 
 
-def batch_pad_fraction(lengths: list[int], batch_size: int) -> float:
-    """Share of padding over all the left-padded batches of `batch_size` in input order."""
-    cells = sum(len(g) * max(g) for g in batches(lengths, batch_size))
-    return 1 - sum(lengths) / cells
-
-
 BOOK_STRATEGIES = ("batched", "batched_stop")
 
 
@@ -319,7 +313,7 @@ def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_to
         rows.append({
             "implementation": implementation, "strategy": strategy, "batch_size": batch_size,
             "n_prompts": len(prompts), "generated_tokens": generated,
-            "pad_fraction": batch_pad_fraction(lengths, batch_size) if padded else 0.0,
+            "pad_fraction": pad_fraction(batches(lengths, batch_size)) if padded else 0.0,
             "wall_s": run.wall_seconds, "prefill_s": run.prefill_seconds,
             "decode_s": run.decode_seconds, "prefills": run.prefills,
             "tokens_per_s": generated / run.wall_seconds,

@@ -22,7 +22,7 @@ from . import distributed
 from .checkpoint import load_model, save_model
 from .io import atomic_path, write_json
 from .memory import PeakMemory
-from .padding import batches, length_sorted
+from .padding import batches, length_sorted, pad_fraction
 from .plots import moving_average, save_figure, subplots
 from .prompts import TextTokenizer, format_prompt
 from .provenance import run_info
@@ -59,12 +59,6 @@ def micro_batches(step: list[int], batch_size: int, world_size: int, rank: int) 
     """What `rank` pads and runs together of a step's examples: its share of the step
     (`distributed.share`), `batch_size` at a time."""
     return batches(distributed.share(step, rank, world_size), batch_size)
-
-
-def padding_share(lengths: list[int], groups: list[list[int]]) -> float:
-    """Share of padding cells over all of `groups` (each padded to its longest example)."""
-    cells = sum(len(g) * max(lengths[i] for i in g) for g in groups)
-    return 1 - sum(lengths[i] for g in groups for i in g) / cells
 
 
 @torch.no_grad()
@@ -219,8 +213,8 @@ def distill(
     steps = frame[frame["step"] > 0]
     def epochs_padding(sort: bool) -> float:
         """Padding of every micro-batch of every rank over the run."""
-        return padding_share(lengths, [
-            part for epoch in range(epochs)
+        return pad_fraction([
+            [lengths[i] for i in part] for epoch in range(epochs)
             for step in epoch_batches(lengths, examples_per_step, seed, epoch, sort)
             for rank in range(world_size)
             for part in micro_batches(step, batch_size, world_size, rank)])

@@ -37,10 +37,9 @@ def tokenize(
     stats = {"batch_size": batch_size, "sort_by_length": sort_by_length, "n_prompts": len(prompts),
              "prompt_tokens": sum(lengths), "max_prompt_tokens": max(lengths)}
     for name, order in orders.items():
-        groups = batches(order, batch_size)
-        padded = sum(len(g) * max(lengths[r] for r in g) for g in groups)
-        stats[f"pad_fraction_{name}"] = 1 - sum(lengths) / padded
-        stats[f"batch_pad_fractions_{name}"] = [pad_fraction([lengths[r] for r in g]) for g in groups]
+        groups = [[lengths[r] for r in g] for g in batches(order, batch_size)]
+        stats[f"pad_fraction_{name}"] = pad_fraction(groups)
+        stats[f"batch_pad_fractions_{name}"] = [pad_fraction([g]) for g in groups]
     tensors = {}
     for index, rows in enumerate(batches(orders["sorted" if sort_by_length else "input"], batch_size)):
         input_ids, attention_mask = left_pad([prompts[r] for r in rows], tokenizer.pad_token_id)

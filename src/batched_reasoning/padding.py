@@ -41,9 +41,11 @@ def _pad(sequences, pad_token_id, device, left: bool) -> tuple[torch.Tensor, tor
     return input_ids.to(device), attention_mask.to(device)
 
 
-def pad_fraction(lengths: Sequence[int]) -> float:
-    """Share of a left-padded batch's cells that are padding."""
-    return 1.0 - sum(lengths) / (len(lengths) * max(lengths))
+def pad_fraction(batch_lengths: Sequence[Sequence[int]]) -> float:
+    """Share of padding among the cells of batches each padded to its longest sequence (one
+    definition for the tokenized batches, the benchmark and distillation's micro-batches)."""
+    cells = sum(len(lengths) * max(lengths) for lengths in batch_lengths)
+    return 1.0 - sum(sum(lengths) for lengths in batch_lengths) / cells
 
 
 def batches(indices: Sequence[int], batch_size: int) -> list[list[int]]:
