@@ -24,9 +24,7 @@ from batched_reasoning.bench import (
 )
 from batched_reasoning.bench_memory import main as memory_main
 from batched_reasoning.checkpoint import save_model
-from batched_reasoning.config import Qwen3Config
 from batched_reasoning.cpu_class import current_cpu_class
-from batched_reasoning.memory_model import predict_peak_mb
 from batched_reasoning.generation import STRATEGIES, generate
 from batched_reasoning.io import write_jsonl
 from batched_reasoning.prompts import TextTokenizer, format_prompt
@@ -224,15 +222,14 @@ def test_memory_benchmark_predicts_each_fresh_process(tiny_bench_checkpoint, tmp
     assert table.batch_size.tolist() == [1, 3]
     assert table.prompt_len.tolist() == [lengths[0], max(lengths[:3])]
     assert (table.baseline_mb > 100).all(), "a fresh process holding torch has a real baseline"
-    # The benchmark's job is the plumbing: the memory model's own prediction for each run (its
-    # accuracy where the growing parts dominate is tests/test_memory_model.py's), a peak taken
-    # in the run's own process, and the error between them.
-    cfg = Qwen3Config.from_file(d / "tiny" / "config.json")
+    # Each run is predicted for its own shape (the model's accuracy where the growing parts
+    # dominate is tests/test_memory_model.py's): the cache holds every row's prompt and answer,
+    # so 3 rows padded to the longest prompt hold 3 x (longest + 4) positions against 1 x (first + 4).
+    one, three = table.iloc[0], table.iloc[1]
+    assert three.predicted_kv_cache_mb / one.predicted_kv_cache_mb == pytest.approx(
+        3 * (max(lengths[:3]) + 4) / (lengths[0] + 4))
     for row in table.itertuples():
-        predicted = predict_peak_mb(cfg, "float32", row.batch_size, row.prompt_len, 4, "cpu",
-                                    row.baseline_mb)
-        assert row.predicted_mb == pytest.approx(predicted["total"], rel=1e-9)
-        assert row.predicted_kv_cache_mb == pytest.approx(predicted["kv_cache"], rel=1e-9)
-        assert row.measured_mb >= row.baseline_mb
-        assert row.error == pytest.approx(row.predicted_mb / row.measured_mb - 1, rel=1e-9)
+        assert row.measured_mb >= row.baseline_mb  # a peak taken in the run's own process
+        assert row.predicted_mb > row.baseline_mb
+        assert (row.error > 0) == (row.predicted_mb > row.measured_mb)
     assert json.loads((tmp_path / "memory.json").read_text())["code_hash"]

@@ -1,12 +1,12 @@
 """The roofline: a decode step's bytes and FLOPs counted from the model's real tensors, its
 bound, and a profile that finds the step's products and attention by name."""
 
-import math
 
 import pytest
 import torch
 from conftest import TINY, random_model
 
+from batched_reasoning import roofline
 from batched_reasoning.config import Qwen3Config
 from batched_reasoning.kv_cache import KVCache
 from batched_reasoning.roofline import (
@@ -64,8 +64,13 @@ def test_a_profiled_step_finds_its_products_and_attention():
     assert step["step_ms"] > 0
 
 
-def test_the_machine_is_measured():
+def test_the_machine_is_measured_in_bytes_and_flops_per_second(monkeypatch):
+    """On a clock where every timed region takes exactly one second, the limits are the work
+    itself: 64 MiB read (not 64e6 bytes), and 2 n^3 FLOPs for an n x n product (a multiply and
+    an add per term), so a unit slip shows as a wrong number rather than a plausible one."""
+    ticks = iter(range(1000))
+    monkeypatch.setattr(roofline.time, "perf_counter", lambda: float(next(ticks)))
     limits = measure_machine(torch.device("cpu"), torch.float32, read_mb=64, matmul_size=256,
                              repeats=2)
-    assert math.isfinite(limits.read_gb_s) and limits.read_gb_s > 0.1
-    assert math.isfinite(limits.matmul_gflop_s) and limits.matmul_gflop_s > 0.1
+    assert limits.read_gb_s == 64 * 2**20 / 1e9
+    assert limits.matmul_gflop_s == 2 * 256**3 / 1e9
