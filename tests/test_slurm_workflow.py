@@ -17,7 +17,7 @@ def dry_run_resources(workdir):
     jobs, current = [], None
     for line in out.splitlines():
         line = line.strip()
-        if line.startswith(("rule ", "localrule ")):
+        if line.startswith(("rule ", "localrule ", "checkpoint ")):
             current = {"rule": line.split()[1].rstrip(":")}
             jobs.append(current)
         elif current is not None and ":" in line:
@@ -59,6 +59,22 @@ def test_multi_rank_training_asks_one_task_with_cpus_or_a_gpu_per_rank(tmp_path)
     memory = {(j["rule"], j["wildcards"]["world_size"], j["wildcards"]["batch_size"],
                j["wildcards"]["device"]): int(j["resources"]["mem_mb"]) for j in training}
     assert memory["distill", "2", "4", "cpu"] > memory["distill", "1", "4", "cpu"]
+
+
+def test_a_probe_asks_for_the_node_of_the_jobs_it_sizes(tmp_path):
+    """`auto`'s probe is a job like the ones it sizes: a GPU for a CUDA probe, the stage's
+    partition, and the memory budget it will measure against."""
+    config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG))
+    config["evaluate"] |= {"devices": ["cpu", "cuda"], "batch_sizes": ["auto"]}
+    config["memory_budget_mb"] = {"cpu": 3000, "cuda": None, "mps": None}
+    config["slurm_partition"] = {"cpu": "debug", "cuda": "gpu", "mps": None}
+    jobs = dry_run_resources(copy_workflow(tmp_path, config))
+    probes = {j["wildcards"]["device"]: j["resources"] for j in jobs if j["rule"] == "autotune"}
+    assert set(probes) == {"cpu", "cuda"}
+    assert probes["cuda"]["gpu"] == "1" and probes["cuda"]["slurm_partition"] == "gpu"
+    assert probes["cpu"]["gpu"] == "0" and probes["cpu"]["slurm_partition"] == "debug"
+    assert probes["cpu"]["mem_mb"] == "3000"
+    assert all(p["timing"] == "1" for p in probes.values())  # nothing timed runs beside it
 
 
 def cluster_up():
