@@ -27,27 +27,57 @@ PACKAGE = "batched_reasoning"
 LOADED_AT = time.time()
 
 
+def module_file(name: str) -> Path | None:
+    """The file of package module `name`, dotted below the package ("generation",
+    "model.qwen3"; a subpackage is its `__init__.py`), or None if the package has no such
+    module."""
+    base = PACKAGE_DIR.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def package_of(path: str | Path) -> list[str]:
+    """The dotted package (as parts below ours) a file inside the package belongs to; [] for a
+    file outside it (a workflow script), whose relative imports do not exist."""
+    path = Path(path).resolve()
+    if PACKAGE_DIR not in path.parents:
+        return []
+    return list(path.parent.relative_to(PACKAGE_DIR).parts)
+
+
 def imported_modules(path: str | Path) -> set[str]:
-    """Package modules the Python file at `path` imports: `import batched_reasoning.x`,
-    `from batched_reasoning(.x) import ...`, and inside the package `from .x import ...` and
-    `from . import x`."""
+    """Package modules the Python file at `path` imports, dotted below the package:
+    `import batched_reasoning.x(.y)`, `from batched_reasoning(.x) import ...`, and inside the
+    package relative imports at any depth (`from .x import ...`, `from ..x import y`,
+    `from . import x`). Importing `a.b` also runs subpackage `a`'s `__init__.py`."""
+    here = package_of(path)
     found = set()
     for node in ast.walk(ast.parse(Path(path).read_text())):
         if isinstance(node, ast.Import):
-            dotted = [alias.name for alias in node.names if alias.name.startswith(PACKAGE + ".")]
-        elif isinstance(node, ast.ImportFrom) and (node.level == 1 or node.module == PACKAGE or (
-                node.module or "").startswith(PACKAGE + ".")):
-            module = node.module if node.level == 0 else f"{PACKAGE}.{node.module or ''}"
-            module = module.rstrip(".")
-            # `from package import x`: x may be a module; `from package.x import y`: x is one
-            dotted = ([f"{module}.{alias.name}" for alias in node.names] if module == PACKAGE
-                      else [module])
+            names = [alias.name.split(".")[1:] for alias in node.names
+                     if alias.name.startswith(PACKAGE + ".")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                if node.level - 1 > len(here) or (not here and node.level > 1):
+                    continue
+                parts = here[:len(here) - (node.level - 1)] + (node.module or "").split(".")
+            elif node.module == PACKAGE or (node.module or "").startswith(PACKAGE + "."):
+                parts = node.module.split(".")[1:]
+            else:
+                continue
+            parts = [p for p in parts if p]
+            # `from x import y`: y may be a module of package x, or a name x defines
+            names = [parts + [alias.name] if module_file(".".join(parts + [alias.name]))
+                     else parts for alias in node.names]
         else:
             continue
-        for name in dotted:
-            module = name.split(".")[1]
-            if (PACKAGE_DIR / f"{module}.py").is_file():
-                found.add(module)
+        for parts in names:
+            for depth in range(1, len(parts) + 1):  # the subpackages on the way run too
+                name = ".".join(parts[:depth])
+                if module_file(name):
+                    found.add(name)
     return found
 
 
@@ -58,8 +88,19 @@ def module_closure(*modules: str) -> list[str]:
         module = todo.pop()
         if module not in seen:
             seen.add(module)
-            todo.extend(imported_modules(PACKAGE_DIR / f"{module}.py"))
+            todo.extend(imported_modules(module_file(module)))
     return sorted(seen)
+
+
+def all_modules() -> list[str]:
+    """Every module of the package, dotted below it (the package's own `__init__` as itself)."""
+    names = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE_DIR).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        names.append(".".join(parts))
+    return sorted(names)
 
 
 def parsed_code(path: str | Path) -> str:
@@ -82,10 +123,10 @@ def code_hash(*modules: str) -> str:
     Workflow rules carry the hash of what their script imports as a param, so editing a
     module's code reruns exactly the jobs whose scripts import it, directly or not.
     """
-    names = module_closure(*modules) if modules else sorted(p.stem for p in PACKAGE_DIR.glob("*.py"))
+    names = module_closure(*modules) if modules else all_modules()
     digest = hashlib.sha256()
     for name in names:
-        digest.update(name.encode() + b"\0" + parsed_code(PACKAGE_DIR / f"{name}.py").encode())
+        digest.update(name.encode() + b"\0" + parsed_code(module_file(name)).encode())
     return digest.hexdigest()[:16]
 
 
