@@ -60,7 +60,7 @@ def imported_modules(path: str | Path) -> set[str]:
                      if alias.name.startswith(PACKAGE + ".")]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                if node.level - 1 > len(here) or (not here and node.level > 1):
+                if node.level - 1 > len(here):  # above the package: not ours
                     continue
                 parts = here[:len(here) - (node.level - 1)] + (node.module or "").split(".")
             elif node.module == PACKAGE or (node.module or "").startswith(PACKAGE + "."):
