@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from batched_reasoning import kernels
 from batched_reasoning.checkpoint import save_model
 from batched_reasoning.config import Qwen3Config
 from batched_reasoning.model import Qwen3
@@ -26,6 +27,13 @@ def wisdom_of_this_test_session(tmp_path_factory):
     patch.setenv("BATCHED_REASONING_WISDOM", str(path))
     yield path
     patch.undo()
+
+
+@pytest.fixture
+def packs_from_4_rows(monkeypatch):
+    """Packing from 4 rows on, whatever this CPU measured for a tiny model (it may never pack
+    one): for the tests of what packed weights compute."""
+    monkeypatch.setattr(kernels, "pack_from_rows", lambda dtype, layer_shape, layers: 4)
 
 
 def random_model(seed: int = 0, **overrides) -> Qwen3:

@@ -6,8 +6,10 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import PAD, random_model
 
-from batched_reasoning import calibration
+from batched_reasoning import calibration, kernels
+from batched_reasoning.generation import generate
 from batched_reasoning.kv_cache import fused_attention
 from batched_reasoning.provenance import run_info
 
@@ -87,3 +89,77 @@ def test_decode_attention_takes_the_chosen_kernel_and_float32_rounds_only_once(m
     assert torch.equal(fused_attention(q, k, v, mask), in_float32)
     force("native", monkeypatch)
     assert torch.equal(fused_attention(q, k, v, mask), native)
+
+
+class FakeClock:
+    """`time` as `median_ms` sees it: a call of `size` units takes exactly `fixed_ms` plus
+    `per_unit_ms` a unit."""
+
+    def __init__(self, fixed_ms: float, per_unit_ms: float):
+        self.now, self.fixed_ms, self.per_unit_ms = 0.0, fixed_ms, per_unit_ms
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def call(self, size: int) -> None:
+        self.now += (self.fixed_ms + self.per_unit_ms * size) / 1000
+
+
+@pytest.mark.parametrize("fixed_ms, per_unit_ms, cost", [
+    (71.0, 0.82, 87),  # Qwen3-0.6B bfloat16 prefill on this project's Xeon: 71 ms + 0.82 a token
+    (103.0, 3.3, 31),  # the same in float32
+    (0.0, 0.5, 0),
+    (2.0, 0.0, calibration.UNMEASURABLE_CALL_COST),  # time that does not grow: never split
+])
+def test_a_call_cost_is_its_fixed_time_in_units_of_work(wisdom, monkeypatch, fixed_ms,
+                                                        per_unit_ms, cost):
+    clock = FakeClock(fixed_ms, per_unit_ms)
+    monkeypatch.setattr(calibration, "time", clock)
+    assert calibration.call_cost("some_call", clock.call, 1, 65) == cost
+    record = json.loads(wisdom.read_text())[calibration.machine_key()]["some_call"]
+    assert record["small_ms"] == pytest.approx(fixed_ms + per_unit_ms)
+    assert record["large_ms"] == pytest.approx(fixed_ms + 65 * per_unit_ms)
+
+
+@pytest.mark.parametrize("packed_ms, pack_from", [
+    ({1: 9, 2: 9, 4: 9, 8: 9, 16: 9}, None),  # plain faster everywhere
+    ({1: 3, 2: 4, 4: 5, 8: 6, 16: 7}, 1),  # packed faster everywhere
+    ({1: 9, 2: 9, 4: 7, 8: 6, 16: 7}, 4),
+    ({1: 9, 2: 7, 4: 9, 8: 7, 16: 7}, 8),  # faster at 2 rows, but not at 4: from 8
+    ({1: 3, 2: 3, 4: 3, 8: 3, 16: 9}, None),  # slower at the most rows timed: never
+])
+def test_packing_pays_from_the_fewest_rows_it_wins_at_every_larger_count(packed_ms, pack_from):
+    plain_ms = {1: 5, 2: 5, 4: 8, 8: 8, 16: 8}
+    assert kernels.first_faster(plain_ms, packed_ms) == pack_from
+
+
+@pytest.mark.parametrize("recorded, packs_at", [(2, {1: False, 2: True, 16: True}),
+                                                (None, {1: False, 16: False})])
+def test_a_model_packs_as_this_machine_timed_it(wisdom, monkeypatch, recorded, packs_at):
+    """`pack_for_inference` times (or reads) from how many rows packing pays for its dtype and
+    layer shape, and follows it: flip the kept choice and the next process packs accordingly."""
+    random_model().pack_for_inference(batch_size=1)
+    [name] = [n for n in calibration.choices_made() if n.startswith("pack_from_rows/float32/")]
+    record = json.loads(wisdom.read_text())[calibration.machine_key()][name]
+    assert record["choice"] == kernels.first_faster(
+        *({int(rows): ms for rows, ms in record[kind].items()} for kind in ("plain_ms", "packed_ms")))
+    kept = json.loads(wisdom.read_text())
+    kept[calibration.machine_key()][name]["choice"] = recorded
+    wisdom.write_text(json.dumps(kept))
+    monkeypatch.setattr(calibration, "_made", {})
+    for batch_size, packs in packs_at.items():
+        assert random_model().pack_for_inference(batch_size=batch_size) is packs
+    assert calibration.choices_made() == {name: recorded}
+
+
+@pytest.mark.parametrize("strategy, timed", [("batched_stop", {"prefill_call"}),
+                                             ("continuous", {"prefill_call", "attention_call"})])
+def test_generation_times_its_call_costs_once_and_records_them(wisdom, strategy, timed):
+    model = random_model()
+    prompts = [[5, 6, 7], [5, 6, 7, 8, 9, 10, 11]]
+    generate(model, prompts, strategy=strategy, batch_size=2, max_new_tokens=3,
+             eos_token_id=None, pad_token_id=PAD)
+    made = calibration.choices_made()
+    assert {name.split("/")[0] for name in made} == timed
+    assert all(isinstance(cost, int) and cost >= 0 for cost in made.values())
+    assert set(json.loads(wisdom.read_text())[calibration.machine_key()]) == set(made)

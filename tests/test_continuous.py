@@ -150,7 +150,7 @@ def test_row_groups_keeps_equal_rows_together_and_splits_off_a_long_one():
 def test_continuous_equals_sequential_whether_rows_attend_alone_or_together(
     eos_model, sequential, monkeypatch, call_cost
 ):
-    monkeypatch.setattr(kv_cache, "ATTENTION_CALL_COST", call_cost)
+    monkeypatch.setattr(kv_cache, "attention_call_cost", lambda *shape: call_cost)
     result = run(eos_model, prompts_of(LENGTHS), "continuous", 4)
     assert result.tokens == sequential.tokens
 

@@ -136,13 +136,12 @@ def test_linear_matches_torch_on_both_paths(rows):
 
 
 @pytest.mark.parametrize("overrides", CONFIGS)
-def test_packing_for_inference_keeps_logits_and_size(tmp_path, overrides):
+def test_packing_for_inference_keeps_logits_and_size(tmp_path, overrides, packs_from_4_rows):
     """Weights packed into oneDNN's layout compute the same logits in the same memory; a tied
     output layer keeps the embedding's weight; the packed model refuses training and saving."""
     plain, model = random_model(seed=4, **overrides), random_model(seed=4, **overrides)
     size = weights_mb(model)
-    assert not model.pack_for_inference(batch_size=1)  # float32, one row: plain is faster
-    assert not model.packed
+    assert not model.pack_for_inference(batch_size=3) and not model.packed
     assert model.pack_for_inference(batch_size=4) and model.packed
     assert weights_mb(model) == size
     tied = overrides["tie_word_embeddings"]
@@ -160,14 +159,14 @@ def test_packing_for_inference_keeps_logits_and_size(tmp_path, overrides):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_packs_for_one_row_where_the_cpu_can(dtype):
+def test_half_precision_packs_where_the_cpu_can(dtype, packs_from_4_rows):
     """Packed and plain half precision are both roundings of the float32 result: packing may
     change which, but must stay as close to float32 as the plain product is (twice its error at
     most). A CPU that cannot pack the dtype (float16 without AVX512-FP16 or AVX-NE-CONVERT)
     keeps plain weights and computes the same logits, instead of crashing while packing."""
     reference = random_model(seed=5)
     plain, model = random_model(seed=5).to(dtype), random_model(seed=5).to(dtype)
-    packed = model.pack_for_inference(batch_size=1)
+    packed = model.pack_for_inference(batch_size=4)
     assert packed == kernels.can_pack(dtype) == model.packed
     ids = torch.randint(0, model.cfg.vocab_size, (3, 17))
     with torch.no_grad():

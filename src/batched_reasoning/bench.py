@@ -44,6 +44,7 @@ import torch
 
 from . import llama_cpp
 from .book_compat import to_book_model
+from .calibration import choices_made
 from .checkpoint import load_model, save_model
 from .config import QWEN3_SHAPES, Qwen3Config, resolve_dtype
 from .cpu_class import CPU_CLASSES, current_cpu_class, environment_for
@@ -508,6 +509,7 @@ def main(argv=None) -> pd.DataFrame | None:
         write_json({"args": vars(args), "device": device.type, "device_name": device_name(device),
                     "cpu_class": current_cpu_class(),
                     "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                    "kernel_choices": choices_made(),  # as timed on this machine (`calibration`)
                     "code_hash": library_hash, "packages": packages,
                     "prompt_lengths": lengths, "answer_lengths": answer_lengths,
                     "machine": limits.as_dict(), "rows": table.to_dict(orient="records"),

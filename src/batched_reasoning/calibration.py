@@ -7,6 +7,11 @@ needed, in milliseconds, and written to a wisdom file keyed by CPU model, CPU cl
 (`cpu_class`), threads and torch version, so later processes on that machine read it instead.
 Every choice this process made is listed by `choices_made()`, and runs record them.
 
+The choices: whether decode attention over a half-precision cache runs in float32 (here);
+from how many rows packed weights pay (`kernels.pack_from_rows`); what one more prefill call
+and one more decode attention call cost (`call_cost`, for `generation.prefill_call_cost` and
+`kv_cache.attention_call_cost`).
+
 The wisdom file is `$BATCHED_REASONING_WISDOM`, else `batched_reasoning/wisdom.json` in the
 user's cache folder (`$XDG_CACHE_HOME`, else `~/.cache`). Deleting it makes the next run measure
 again; an unreadable one is measured over, with a warning.
@@ -30,6 +35,9 @@ from .io import write_json
 WISDOM_ENV = "BATCHED_REASONING_WISDOM"
 # cached positions of the timed decode step: a short answer's context
 DECODE_CONTEXT = 128
+# A call whose time does not grow with its work measurably (a tiny model, a noisy machine) is
+# priced this high: callers then never split work into more calls.
+UNMEASURABLE_CALL_COST = 10**6
 _made: dict[str, dict] = {}
 
 
@@ -80,7 +88,7 @@ def choose(name: str, measure) -> dict:
     return known
 
 
-def choices_made() -> dict[str, str]:
+def choices_made() -> dict[str, object]:
     """Every choice this process has made so far: name -> choice."""
     return {name: record["choice"] for name, record in sorted(_made.items())}
 
@@ -97,6 +105,23 @@ def median_ms(calls: dict, repeats: int = 15) -> dict[str, float]:
             call()
             times[name].append(time.perf_counter() - tick)
     return {name: sorted(t)[repeats // 2] * 1000 for name, t in times.items()}
+
+
+def call_cost(name: str, call, small: int, large: int, repeats: int = 7) -> int:
+    """What one call of `call(size)` costs beyond its work, in units of its work (prompt
+    tokens, key positions): the fixed time over the time per unit, from the median times at
+    `small` and `large` sizes. Timed once per machine; the record keeps both times."""
+
+    def measure() -> dict:
+        ms = median_ms({"small": lambda: call(small), "large": lambda: call(large)}, repeats)
+        per_unit = (ms["large"] - ms["small"]) / (large - small)
+        fixed = ms["small"] - per_unit * small
+        cost = (UNMEASURABLE_CALL_COST if per_unit <= 0
+                else min(UNMEASURABLE_CALL_COST, max(0, round(fixed / per_unit))))
+        return {"choice": cost, "sizes": [small, large],
+                "small_ms": round(ms["small"], 4), "large_ms": round(ms["large"], 4)}
+
+    return choose(name, measure)["choice"]
 
 
 def decode_attention_in_float32(dtype: torch.dtype, heads: int, kv_heads: int,

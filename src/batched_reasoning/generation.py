@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
+from . import calibration
 from .devices import synchronize
 from .kernels import PREFILL_CALL_COST
 from .kv_cache import KVCache, SlotCache, row_groups
@@ -133,6 +134,26 @@ def share_prompts(prompts: Sequence[Sequence[int]], rows: Sequence[int]) -> tupl
     return distinct + repeats, sources
 
 
+def prefill_call_cost(model) -> int:
+    """What one more prefill call costs, in prompt tokens: timed on this CPU (a call of 1 and
+    of 65 tokens) for the model's shape, dtype and packing, once per machine (`calibration`);
+    `kernels.PREFILL_CALL_COST` off the CPU."""
+    if model.device.type != "cpu":
+        return PREFILL_CALL_COST[model.dtype]
+    cfg = model.cfg
+    name = (f"prefill_call/{str(model.dtype).removeprefix('torch.')}/"
+            f"{'packed' if model.packed else 'plain'}/{cfg.num_hidden_layers}x{cfg.hidden_size}x"
+            f"{cfg.intermediate_size}x{cfg.vocab_size}")
+
+    def prefill(tokens: int) -> None:
+        ids = torch.zeros(1, tokens, dtype=torch.long)
+        with torch.inference_mode():
+            model(ids, torch.ones_like(ids, dtype=torch.bool),
+                  cache=KVCache.for_model(model, 1, tokens), last_only=True)
+
+    return calibration.call_cost(name, prefill, 1, 65)
+
+
 def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token_id: int) -> torch.Tensor:
     """Prefill `prompts` (ascending length) into the first rows of `cache`, left-padded;
     last-position logits per row. Rows of very different lengths prefill in separate calls
@@ -141,7 +162,7 @@ def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token
     cache one left-padded prefill would leave."""
     lengths = [len(p) for p in prompts]
     logits = []
-    for first, stop in row_groups(lengths, PREFILL_CALL_COST[model.dtype]):
+    for first, stop in row_groups(lengths, prefill_call_cost(model)):
         input_ids, attention_mask = left_pad(prompts[first:stop], pad_token_id, model.device)
         view = cache.rows_from(first, stop, lengths[-1] - input_ids.shape[1])
         logits.append(model(input_ids, attention_mask, cache=view, last_only=True)[:, -1])
@@ -169,6 +190,7 @@ def generate_batch(
     """
     ends = frozenset(end_tokens)
     device = model.device
+    prefill_call_cost(model)  # timed once per machine, before this call's clock starts
     start = time.perf_counter()
     rows, sources = share_prompts(prompts, rows)
     distinct = max(sources) + 1
@@ -239,11 +261,12 @@ def generate_continuous(
     """
     device = model.device
     ends = frozenset(end_tokens)
+    capacity = max(len(p) for p in prompts) + max_new_tokens
+    prefill_call_cost(model)  # timed once per machine, before this call's clock starts
+    cache = SlotCache.for_model(model, min(batch_size, len(prompts)), capacity)  # times attention
     call_start = time.perf_counter()
     prefill_seconds = 0.0
     waiting = deque(order)
-    capacity = max(len(p) for p in prompts) + max_new_tokens
-    cache = SlotCache.for_model(model, min(batch_size, len(prompts)), capacity)
     slots: list[int | None] = [None] * len(cache.lengths)  # prompt index held by each cache row
     next_ids = [0] * len(slots)  # each row's input to the next decode step
     admitted = {}  # prompt index -> time its prefill started
@@ -265,7 +288,7 @@ def generate_continuous(
                     to_fill.setdefault(prefix(index), row)
             rows = sorted(to_fill.values(), key=lambda r: len(prompts[slots[r]]))
             lengths = [len(prompts[slots[r]]) - 1 for r in rows]
-            for first, stop in row_groups(lengths, PREFILL_CALL_COST[model.dtype]):
+            for first, stop in row_groups(lengths, prefill_call_cost(model)):
                 input_ids, attention_mask = right_pad(
                     [prefix(slots[r]) for r in rows[first:stop]], pad_token_id, device)
                 model.hidden_states(input_ids, attention_mask, cache=cache.prefill(rows[first:stop]))

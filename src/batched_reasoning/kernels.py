@@ -7,37 +7,36 @@ What this module adds only changes speed, never results beyond float rounding:
   decode step, which torch's CPU BLAS (MKL for float32, oneDNN for bfloat16) runs faster;
 - `Linear.pack` keeps a weight only in oneDNN's blocked layout for inference, and
   `pack_side_by_side` fuses q/k/v or gate/up into one packed product;
-- `ATTENTION_CALL_COST` prices one attention call on CPU for `kv_cache.row_groups`;
-- `PREFILL_CALL_COST` prices one prefill call (a forward pass), per dtype, when
-  `generation.prefill_batch` splits a batch's prompts by length.
-
-The thresholds are named settings measured on this project's machine: an Intel Xeon
-(Sapphire Rapids) KVM guest with 2 vCPUs, torch 2.13 CPU build, 2 threads, Qwen3-0.6B's shape.
-Another CPU may prefer other values; they change speed, not what is computed.
+- `pack_from_rows` says from how many rows packing pays on this CPU, per dtype and layer
+  shape: timed once and kept (`calibration`), since a CPU without AMX or AVX-512 may differ;
+- `PREFILL_CALL_COST` prices one prefill call (a forward pass) per dtype where it is not timed
+  (off the CPU), when `generation.prefill_batch` splits a batch's prompts by length.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import sys
 
 import torch
 from torch import nn
 
+from . import calibration
+
 # Rows of a product for which `(W @ x.T).T` beats `x @ W.T` here: a decode step at batch 8 took
 # 184 instead of 237 ms in float32 and 86 instead of 102 ms in bfloat16; one row and very many
 # rows are as fast or faster the usual way.
 SMALL_ROW_PRODUCTS = range(4, 257)
-# float32 weights are packed from this batch size on: packed products of the layers' projections
-# took 89 instead of 117 ms at 8 rows, but 73 instead of 63 ms at one row. bfloat16 always packs
-# (40-43 instead of 46-53 ms at 1 to 16 rows).
-PACK_FLOAT32_FROM_BATCH = 4
-# One attention call on CPU costs about as much as reading this many more key positions (a decode
-# step's attention at 16 slots took 39 instead of 59 ms in bfloat16 with rows split by length).
-ATTENTION_CALL_COST = 32
+# Rows at which packed and plain products are timed against each other (`pack_from_rows`).
+PACK_ROWS = (1, 2, 4, 8, 16)
+# Weights the packing timing cycles through, at most: more than a CPU's last-level cache, as a
+# real model's are, so the timing reads memory as decoding does.
+PACK_TIMING_MB = 128
 # One prefill call (a forward pass) reads every weight once, however few its tokens: it costs
-# about as much as this many more prompt tokens (Qwen3-0.6B, batch 1: a call took 71 ms plus
-# 0.82 ms a token in bfloat16, 103 ms plus 3.3 ms a token in float32).
+# about as much as this many more prompt tokens (Qwen3-0.6B on this project's Xeon, batch 1: a
+# call took 71 ms plus 0.82 ms a token in bfloat16, 103 ms plus 3.3 ms a token in float32).
+# On CPU the cost is timed instead (`generation.prefill_call_cost`).
 PREFILL_CALL_COST = {torch.bfloat16: 87, torch.float16: 87, torch.float32: 31, torch.float64: 31}
 
 
@@ -63,15 +62,91 @@ def can_pack(dtype: torch.dtype) -> bool:
     return bool((out.double() - exact).abs().max() <= 4 * plain_error + 1e-6)
 
 
-def should_pack(device: torch.device, dtype: torch.dtype, batch_size: int) -> bool:
-    """Whether packing makes generating `batch_size` rows faster (CPU only), and this CPU can."""
-    if device.type != "cpu" or (dtype == torch.float32 and batch_size < PACK_FLOAT32_FROM_BATCH):
+def should_pack(device: torch.device, dtype: torch.dtype, batch_size: int,
+                layer_shape: tuple[int, int, int, int], layers: int) -> bool:
+    """Whether packing makes generating `batch_size` rows faster (CPU only), and this CPU can.
+    `layer_shape` is (hidden, query width, key/value width, intermediate) of `layers` layers."""
+    if device.type != "cpu":
         return False
     if not can_pack(dtype):
         print(f"kernels: this CPU or torch build cannot pack {dtype} weights for oneDNN; "
               "using plain weights", file=sys.stderr, flush=True)
         return False
-    return True
+    pack_from = pack_from_rows(dtype, layer_shape, layers)
+    return pack_from is not None and batch_size >= pack_from
+
+
+def first_faster(plain_ms: dict[int, float], packed_ms: dict[int, float]) -> int | None:
+    """The fewest rows from which packed products are faster than plain ones at every row
+    count timed; None if they are not faster even at the most rows."""
+    pack_from = None
+    for rows in sorted(plain_ms, reverse=True):
+        if packed_ms[rows] >= plain_ms[rows]:
+            break
+        pack_from = rows
+    return pack_from
+
+
+def pack_from_rows(dtype: torch.dtype, layer_shape: tuple[int, int, int, int],
+                   layers: int) -> int | None:
+    """From how many rows one decoder layer's projections run faster packed (q/k/v and
+    gate/up side by side, as `Qwen3.pack_for_inference` packs them) than plain, on this CPU:
+    `first_faster` of both timed at `PACK_ROWS`, once per machine (`calibration`). The timing
+    cycles through copies of the layer's random weights, up to the model's `layers` and
+    `PACK_TIMING_MB`, so that, as in decoding, products read their weights from memory."""
+    hidden, q_width, kv_width, intermediate = layer_shape
+    name = f"pack_from_rows/{str(dtype).removeprefix('torch.')}/{'x'.join(map(str, layer_shape))}"
+
+    def measure() -> dict:
+        generator = torch.Generator().manual_seed(0)
+
+        def linear(width_in: int, width_out: int) -> Linear:
+            layer = Linear(width_in, width_out, bias=False, device="meta")
+            layer.weight = nn.Parameter(torch.randn(width_out, width_in, generator=generator)
+                                        .to(dtype) / math.sqrt(width_in), requires_grad=False)
+            return layer
+
+        layer_mb = (hidden * (q_width + 2 * kv_width) + q_width * hidden
+                    + 3 * hidden * intermediate) * dtype.itemsize / 2**20
+        copies = max(1, min(layers, math.ceil(PACK_TIMING_MB / layer_mb)))
+        plain, packed = [], []
+        for _ in range(copies):
+            q, k, v, o = (linear(hidden, q_width), linear(hidden, kv_width),
+                          linear(hidden, kv_width), linear(q_width, hidden))
+            gate, up, down = (linear(hidden, intermediate), linear(hidden, intermediate),
+                              linear(intermediate, hidden))
+            plain.append(((q, k, v, gate, up), o, down))
+            packed_o, packed_down = linear(q_width, hidden), linear(intermediate, hidden)
+            packed_o.weight, packed_down.weight = o.weight, down.weight
+            packed_o.pack(), packed_down.pack()
+            packed.append(((pack_side_by_side([q, k, v]), pack_side_by_side([gate, up])),
+                           packed_o, packed_down))
+
+        def products(layer_set, rows: int):
+            x = torch.randn(rows, 1, hidden, generator=generator).to(dtype)
+            attended = torch.randn(rows, 1, q_width, generator=generator).to(dtype)
+            gated = torch.randn(rows, 1, intermediate, generator=generator).to(dtype)
+
+            def run() -> None:
+                for from_hidden, o, down in layer_set:
+                    for layer in from_hidden:
+                        layer(x)
+                    o(attended)
+                    down(gated)
+            return run
+
+        with torch.inference_mode():
+            ms = calibration.median_ms(
+                {f"{kind}/{rows}": products(layer_set, rows)
+                 for rows in PACK_ROWS for kind, layer_set in (("plain", plain), ("packed", packed))},
+                repeats=7)
+        plain_ms = {rows: ms[f"plain/{rows}"] for rows in PACK_ROWS}
+        packed_ms = {rows: ms[f"packed/{rows}"] for rows in PACK_ROWS}
+        return {"choice": first_faster(plain_ms, packed_ms), "layer_copies": copies,
+                "plain_ms": {str(r): round(t, 4) for r, t in plain_ms.items()},
+                "packed_ms": {str(r): round(t, 4) for r, t in packed_ms.items()}}
+
+    return calibration.choose(name, measure)["choice"]
 
 
 class Linear(nn.Linear):

@@ -12,11 +12,16 @@ ones) and `advance` (the new tokens are now cached). Two layouts implement them:
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
+from . import calibration
 from .calibration import decode_attention_in_float32
-from .kernels import ATTENTION_CALL_COST
+
+# Keys and values the attention timing cycles through, at most (`attention_call_cost`).
+ATTENTION_TIMING_MB = 128
 
 
 def fused_attention(q, k, v, mask):
@@ -54,6 +59,33 @@ def folded_attention(q, k, v, mask):
         mask = mask.expand(batch, 1, time, mask.shape[-1]).repeat(1, 1, groups, 1)
     out = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask)
     return out.reshape(batch, heads, time, dim)
+
+
+def attention_call_cost(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int,
+                        layers: int) -> int:
+    """What one more decode attention call costs on this CPU, in key positions read: timed
+    for 4 rows of one query over 32 and over 512 cached positions, once per machine and head
+    shape (`calibration`). Each timed call attends once per layer over that layer's own keys
+    (up to the model's `layers` and `ATTENTION_TIMING_MB`), so, as in decoding, the keys come
+    from memory rather than from the last call's cache lines."""
+    name = f"attention_call/{str(dtype).removeprefix('torch.')}/{heads}x{kv_heads}x{head_dim}"
+    generator = torch.Generator().manual_seed(0)
+    large_mb = 2 * 4 * kv_heads * 512 * head_dim * dtype.itemsize / 2**20
+    copies = max(1, min(layers, math.ceil(ATTENTION_TIMING_MB / large_mb)))
+    inputs = {}
+    for positions in (32, 512):
+        mask = torch.ones(4, 1, 1, positions, dtype=torch.bool)
+        mask[0, ..., : positions // 4] = False  # a shorter row in the run
+        inputs[positions] = [
+            [torch.randn(4, h, t, head_dim, generator=generator).to(dtype)
+             for h, t in ((heads, 1), (kv_heads, positions), (kv_heads, positions))] + [mask]
+            for _ in range(copies)]
+
+    def attend(positions: int) -> None:
+        for q, k, v, mask in inputs[positions]:
+            fused_attention(q, k, v, mask)
+
+    return calibration.call_cost(name, attend, 32, 512, repeats=15)
 
 
 def row_groups(ends: list[int], call_cost: int) -> list[tuple[int, int]]:
@@ -198,12 +230,13 @@ class SlotCache:
     since a masked-out NaN value would poison the attention sum.
 
     Rows of very different lengths attend in separate runs (`row_groups`, priced with
-    `kernels.ATTENTION_CALL_COST`), so a short row does not read up to the longest row's end.
-    On a GPU one call is far cheaper than the reads it would save, so all rows attend together.
+    `call_cost`, on CPU `attention_call_cost`), so a short row does not read up to the longest
+    row's end. On a GPU one call is far cheaper than the reads it would save, so all rows
+    attend together.
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
-        self.keys, self.values = keys, values
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, call_cost: int = 0):
+        self.keys, self.values, self.call_cost = keys, values, call_cost
         self.lengths = [0] * keys.shape[1]
         self._positions = None  # cache positions of the tokens being written, (batch, time)
         # Rows that attend together (`row_groups`): (first, stop, longest end, whether to mask)
@@ -211,7 +244,12 @@ class SlotCache:
 
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> SlotCache:
-        return cls(*_storage(model, batch, max_len, torch.zeros))
+        call_cost = 0
+        if model.device.type == "cpu":
+            attention = model.model.layers[0].self_attn
+            call_cost = attention_call_cost(model.dtype, attention.n_heads, attention.n_kv_heads,
+                                            attention.head_dim, len(model.model.layers))
+        return cls(*_storage(model, batch, max_len, torch.zeros), call_cost)
 
     megabytes = KVCache.megabytes
 
@@ -243,7 +281,7 @@ class SlotCache:
         starts = torch.tensor(self.lengths, device=device)[:, None]
         self._positions = starts + torch.arange(time, device=device)
         if device.type == "cpu":
-            runs = row_groups(ends, ATTENTION_CALL_COST)
+            runs = row_groups(ends, self.call_cost)
         else:
             runs = [(0, len(ends))]
         # A run needs no mask when it adds one token per row and its rows all end together.

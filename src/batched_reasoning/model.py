@@ -197,7 +197,11 @@ class Qwen3(nn.Module):
         """
         if self.packed:
             return True
-        if not kernels.should_pack(self.device, self.dtype, batch_size):
+        attention, cfg = self.model.layers[0].self_attn, self.cfg
+        layer_shape = (cfg.hidden_size, attention.n_heads * attention.head_dim,
+                       attention.n_kv_heads * attention.head_dim, cfg.intermediate_size)
+        if not kernels.should_pack(self.device, self.dtype, batch_size, layer_shape,
+                                   len(self.model.layers)):
             return False
         for layer in self.model.layers:
             layer.self_attn.pack()
