@@ -10,7 +10,7 @@ from conftest import PAD, random_model
 
 from batched_reasoning import calibration, kernels
 from batched_reasoning.generation import generate
-from batched_reasoning.kv_cache import fused_attention
+from batched_reasoning.attention import fused_attention
 from batched_reasoning.provenance import run_info
 
 SHAPE = (torch.bfloat16, 4, 2, 16)

@@ -7,9 +7,10 @@ import pytest
 import torch
 from conftest import EOS, PAD
 
-from batched_reasoning import kv_cache
+from batched_reasoning import attention, kv_cache
 from batched_reasoning.generation import Greedy, generate
-from batched_reasoning.kv_cache import KVCache, SlotCache, row_groups
+from batched_reasoning.kv_cache import KVCache, SlotCache
+from batched_reasoning.scheduling import row_groups
 from batched_reasoning.padding import length_sorted, right_pad
 from batched_reasoning.sampling import TopP
 
@@ -168,5 +169,5 @@ def test_folded_grouped_attention_is_grouped_attention(time, masked):
         mask[..., 0] = True  # every query sees some key
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                                 enable_gqa=True)
-    torch.testing.assert_close(kv_cache.folded_attention(q, k, v, mask), expected,
+    torch.testing.assert_close(attention.folded_attention(q, k, v, mask), expected,
                                atol=1e-12, rtol=1e-12)

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import random_model
+from conftest import TINY, random_model
 from safetensors.torch import load_file
 
 from batched_reasoning import grpo as grpo_module
@@ -29,11 +29,8 @@ from batched_reasoning.io import write_jsonl
 from batched_reasoning.prompts import TextTokenizer, format_prompt
 from batched_reasoning.tables import grpo_table, plot_grpo
 from batched_reasoning.toy import training_text
-from batched_reasoning.toy_tokenizer import (
-    END_TOKEN,
-    toy_model_config,
-    train_toy_tokenizer,
-)
+from batched_reasoning.config import Qwen3Config, new_model_config
+from batched_reasoning.toy_tokenizer import END_TOKEN, train_toy_tokenizer
 
 TIMING = ["tokens_per_sec", "gen_seconds", "update_seconds", "step_seconds", "peak_mem_mb",
           "eval_seconds"]
@@ -60,7 +57,8 @@ def setup(tmp_path_factory):
     source = root / "source"
     source.mkdir()
     tokenizer.save(str(source / "tokenizer.json"))
-    config = toy_model_config(vocab, 32, 2, 4, 2, 8, 64, 512, tokenizer.token_to_id(END_TOKEN))
+    config = new_model_config(Qwen3Config(**(TINY | {"vocab_size": vocab})),
+                              tokenizer.token_to_id(END_TOKEN))
     (source / "config.json").write_text(json.dumps(config))
     model = random_model(vocab_size=vocab)
     with torch.no_grad():

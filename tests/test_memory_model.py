@@ -11,7 +11,8 @@ from conftest import random_model
 from batched_reasoning import evaluate as evaluate_module
 from batched_reasoning.checkpoint import load_model, save_model
 from batched_reasoning.config import Qwen3Config
-from batched_reasoning.evaluate import evaluate, load_batches, tokenize
+from batched_reasoning.evaluate import evaluate
+from batched_reasoning.tokenization import load_batches, tokenize
 from batched_reasoning.io import read_json, write_jsonl
 from batched_reasoning.memory import MEASURES, PeakMemory
 from batched_reasoning.memory_model import (

@@ -62,3 +62,24 @@ def test_every_module_counts_in_the_whole_librarys_hash(package):
     before = provenance.code_hash()
     (root / "model/attention.py").write_text("def attend(): return 3\n")
     assert provenance.code_hash() != before
+
+
+def test_an_import_for_type_hints_only_is_no_part_of_the_closure(package):
+    root, _ = package
+    (root / "model/attention.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..stages.evaluate import x\n"
+        "else:\n    from ..data import prompts\ndef attend(): return 1\n")
+    assert provenance.module_closure("model.attention") == [
+        "data", "data.prompts", "model.attention"]
+
+
+def test_our_tokenize_stage_imports_no_model_or_generation_code():
+    """Editing the model or generation reruns evaluation, never tokenization (which only renders
+    and pads prompts): checked on the real workflow scripts."""
+    from pathlib import Path
+    scripts = Path(__file__).resolve().parents[1] / "workflow" / "scripts"
+    tokenize = provenance.module_closure(*provenance.imported_modules(scripts / "tokenize.py"))
+    evaluate = provenance.module_closure(*provenance.imported_modules(scripts / "evaluate.py"))
+    engine = {"model", "kernels", "attention", "kv_cache", "generation", "checkpoint"}
+    assert engine <= set(evaluate)
+    assert not engine & set(tokenize), sorted(engine & set(tokenize))

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
+from batched_reasoning.config import Qwen3Config, new_model_config
 from batched_reasoning.toy_tokenizer import (
     QWEN3_ADDED_TOKENS,
     QWEN3_SPECIAL_TOKENS,
-    toy_model_config,
     train_toy_tokenizer,
 )
 
@@ -120,17 +120,17 @@ def test_pipeline_matches_real_qwen3(tokenizer):
     assert {k: v for k, v in ours["model"].items() if k not in ("vocab", "merges")} == model_options
 
 
-def test_toy_model_config_loads_in_transformers(tmp_path, tokenizer):
+def test_a_new_models_config_loads_in_transformers(tmp_path, tokenizer):
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     from safetensors.torch import save_file
 
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
     end = tokenizer.token_to_id("<|endoftext|>")
-    config = toy_model_config(
-        vocab_size=vocab, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
-        intermediate_size=64, max_position_embeddings=256, end_token_id=end,
-    )
+    shape = Qwen3Config(vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                        intermediate_size=64, max_position_embeddings=256)
+    config = new_model_config(shape, end_token_id=end)
     (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
     loaded = transformers.Qwen3Config.from_pretrained(tmp_path)
     assert (loaded.vocab_size, loaded.num_hidden_layers, loaded.num_key_value_heads, loaded.head_dim) == (vocab, 2, 2, 8)

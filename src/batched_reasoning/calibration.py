@@ -10,7 +10,7 @@ Every choice this process made is listed by `choices_made()`, and runs record th
 The choices: whether decode attention over a half-precision cache runs in float32 (here);
 from how many rows packed weights pay (`kernels.pack_from_rows`); what one more prefill call
 and one more decode attention call cost (`call_cost`, for `generation.prefill_call_cost` and
-`kv_cache.attention_call_cost`).
+`attention.attention_call_cost`).
 
 The wisdom file is `$BATCHED_REASONING_WISDOM`, else `batched_reasoning/wisdom.json` in the
 user's cache folder (`$XDG_CACHE_HOME`, else `~/.cache`). Deleting it makes the next run measure

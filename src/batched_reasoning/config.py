@@ -79,6 +79,21 @@ class Qwen3Config:
         }
 
 
+def new_model_config(cfg: Qwen3Config, end_token_id: int) -> dict:
+    """The whole `config.json` of a model made here rather than downloaded (the toy), keyed as
+    the real Qwen3 configs are (rope_theta at top level, as transformers 4.x writes it;
+    transformers 5 converts it when loading), so both our loader and
+    `transformers.Qwen3ForCausalLM.from_pretrained` read it. `end_token_id` both ends answers
+    and pads, as in Qwen3 base models."""
+    return cfg.to_dict() | {
+        "initializer_range": 0.02, "rope_scaling": None, "attention_dropout": 0.0,
+        "use_cache": True, "use_sliding_window": False, "sliding_window": None,
+        "max_window_layers": cfg.num_hidden_layers, "bos_token_id": None,
+        "eos_token_id": end_token_id, "pad_token_id": end_token_id,
+        "torch_dtype": "float32", "dtype": "float32",
+    }
+
+
 # Architectures of published Qwen3 checkpoints (from their config.json), so a hub model's
 # catalogue entry can declare its shape and the workflow plans its jobs before downloading it.
 QWEN3_SHAPES = {

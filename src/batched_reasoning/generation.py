@@ -16,7 +16,6 @@ host once (`tolist`), which is also what decides who is finished.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -26,8 +25,9 @@ from tqdm.auto import tqdm
 from . import calibration
 from .devices import synchronize
 from .kernels import PREFILL_CALL_COST
-from .kv_cache import KVCache, SlotCache, row_groups
+from .kv_cache import KVCache, SlotCache
 from .padding import batches, left_pad, right_pad
+from .scheduling import Request, SlotScheduler, row_groups
 
 STRATEGIES = ("sequential", "batched", "batched_stop", "continuous")
 
@@ -157,7 +157,7 @@ def prefill_call_cost(model) -> int:
 def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token_id: int) -> torch.Tensor:
     """Prefill `prompts` (ascending length) into the first rows of `cache`, left-padded;
     last-position logits per row. Rows of very different lengths prefill in separate calls
-    (`kv_cache.row_groups`), each padded only to its own longest prompt, so a batch of one long
+    (`scheduling.row_groups`), each padded only to its own longest prompt, so a batch of one long
     and many short prompts does not compute the short rows' padding; attention then sees the
     cache one left-padded prefill would leave."""
     lengths = [len(p) for p in prompts]
@@ -234,6 +234,28 @@ def generate_batch(
     result.decode_seconds += time.perf_counter() - prefill_end
 
 
+def prefill_slots(model, cache: SlotCache, entering: dict[int, Request],
+                  held: dict[tuple[int, ...], int], pad_token_id: int) -> int:
+    """Prefill the entering requests' prefixes straight into their slots, together
+    (right-padded, split by length as in `prefill_batch`, no vocabulary projection); a prefix
+    that a slot already holds (`held`: prefix -> slot), or that another entering request
+    brings, is copied from that slot instead. Returns how many prefills ran."""
+    to_fill = {}  # prefix -> the entering slot it is prefilled into
+    for row, request in entering.items():
+        if request.prefix and request.prefix not in held:
+            to_fill.setdefault(request.prefix, row)
+    rows = sorted(to_fill.values(), key=lambda r: len(entering[r].prompt))
+    lengths = [len(entering[r].prefix) for r in rows]
+    for first, stop in row_groups(lengths, prefill_call_cost(model)):
+        input_ids, attention_mask = right_pad(
+            [entering[r].prefix for r in rows[first:stop]], pad_token_id, model.device)
+        model.hidden_states(input_ids, attention_mask, cache=cache.prefill(rows[first:stop]))
+    for row, request in entering.items():
+        source = held.get(request.prefix, to_fill.get(request.prefix, row))
+        cache.set_prefix(row, len(request.prefix), None if source == row else source)
+    return len(rows)
+
+
 @torch.inference_mode()
 def generate_continuous(
     model,
@@ -249,76 +271,51 @@ def generate_continuous(
 ) -> None:
     """Continuous batching over `batch_size` slots; write tokens and latencies into `result`.
 
-    Each step decodes one token for every slot together and samples them with one host sync.
-    When rows finish, the next waiting prompts take their slots before the next step: all but
-    their last tokens are prefilled together, straight into their slots (right-padded, split by
-    length as in `prefill_batch`, no vocabulary projection); each slot has its own length
-    (`SlotCache`). A prompt's last token is its row's input to the next decode step, whose
-    logits give the first new token. A prefix that another slot already holds (a problem's other
-    samples or rollouts) is copied from there instead of prefilled again. Once no prompt waits,
-    finished rows leave the batch as in `batched_stop`. A prompt's latency runs from the start
-    of its prefill.
+    The scheduler (`SlotScheduler`) decides which request holds which slot; this loop runs
+    the model and the sampler for it. Each step decodes one token for every slot together and
+    samples them with one host sync. When requests finish, waiting ones take their slots before
+    the next step (`prefill_slots`); each slot has its own length (`SlotCache`). A prompt's
+    last token is its request's input to the next decode step, whose logits give the first
+    new token. A prompt's latency runs from the start of its prefill.
     """
     device = model.device
     ends = frozenset(end_tokens)
     capacity = max(len(p) for p in prompts) + max_new_tokens
+    scheduler = SlotScheduler([Request(index, tuple(prompts[index])) for index in order],
+                              batch_size)
     prefill_call_cost(model)  # timed once per machine, before this call's clock starts
-    cache = SlotCache.for_model(model, min(batch_size, len(prompts)), capacity)  # times attention
+    cache = SlotCache.for_model(model, len(scheduler.slots), capacity)  # times attention
     call_start = time.perf_counter()
     prefill_seconds = 0.0
-    waiting = deque(order)
-    slots: list[int | None] = [None] * len(cache.lengths)  # prompt index held by each cache row
-    next_ids = [0] * len(slots)  # each row's input to the next decode step
-    admitted = {}  # prompt index -> time its prefill started
     result.kv_cache_mb = cache.megabytes
 
-    def prefix(index: int) -> tuple[int, ...]:
-        return tuple(prompts[index][:-1])
-
-    while True:
-        if None in slots:  # a waiting prompt for every free slot (surplus slots were dropped)
+    while scheduler.slots:
+        if scheduler.has_free_slot():
             synchronize(device)
             prefill_start = time.perf_counter()
-            held = {prefix(index): row for row, index in enumerate(slots) if index is not None}
-            entering = {row: waiting.popleft() for row, index in enumerate(slots) if index is None}
-            to_fill = {}  # prefix -> the entering slot it is prefilled into
-            for row, index in entering.items():
-                slots[row], admitted[index], next_ids[row] = index, prefill_start, prompts[index][-1]
-                if prefix(index) and prefix(index) not in held:
-                    to_fill.setdefault(prefix(index), row)
-            rows = sorted(to_fill.values(), key=lambda r: len(prompts[slots[r]]))
-            lengths = [len(prompts[slots[r]]) - 1 for r in rows]
-            for first, stop in row_groups(lengths, prefill_call_cost(model)):
-                input_ids, attention_mask = right_pad(
-                    [prefix(slots[r]) for r in rows[first:stop]], pad_token_id, device)
-                model.hidden_states(input_ids, attention_mask, cache=cache.prefill(rows[first:stop]))
-            result.prefills += len(rows)
-            for row, index in entering.items():
-                source = held.get(prefix(index), to_fill.get(prefix(index), row))
-                cache.set_prefix(row, len(prefix(index)), None if source == row else source)
+            held = {request.prefix: row for row, request in enumerate(scheduler.slots)
+                    if request is not None}
+            entering = scheduler.admit(prefill_start)
+            result.prefills += prefill_slots(model, cache, entering, held, pad_token_id)
             synchronize(device)
             prefill_seconds += time.perf_counter() - prefill_start
 
-        step_ids = torch.tensor(next_ids, device=device)[:, None]
+        step_ids = torch.tensor([r.next_input for r in scheduler.slots], device=device)[:, None]
         logits = model(step_ids, torch.ones_like(step_ids, dtype=torch.bool), cache=cache)[:, -1]
-        picked = pick(sampler, logits, slots)
+        picked = pick(sampler, logits, [request.index for request in scheduler.slots])
         now = time.perf_counter()
-        for row, (index, token) in enumerate(zip(slots, picked)):
-            next_ids[row] = token[0]
-            if take_token(result, index, token, ends, max_new_tokens):
-                result.latency[index] = now - admitted[index]
-                slots[row] = None
+        for row, (request, token) in enumerate(zip(scheduler.slots, picked)):
+            request.next_input = token[0]
+            if take_token(result, request.index, token, ends, max_new_tokens):
+                result.latency[request.index] = now - request.admitted_at
+                scheduler.release(row)
                 bar.update(1)
 
-        free = [row for row, index in enumerate(slots) if index is None]
-        if len(free) > len(waiting):  # slots nobody will refill leave the batch
-            surplus = set(free[len(waiting):])
-            keep = [row for row in range(len(slots)) if row not in surplus]
-            if not keep:
-                break
-            cache.keep_rows(keep)
-            slots = [slots[row] for row in keep]
-            next_ids = [next_ids[row] for row in keep]
+        keep = scheduler.rows_to_keep()
+        if keep is not None:
+            if keep:
+                cache.keep_rows(keep)
+            scheduler.keep(keep)
     synchronize(device)
     result.prefill_seconds += prefill_seconds
     result.decode_seconds += time.perf_counter() - call_start - prefill_seconds

@@ -7,14 +7,19 @@ state dict loads without renaming. The forward pass is padding-aware: a boolean 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from . import kernels
+from .attention import fused_attention
 from .config import Qwen3Config
 from .kernels import Linear
-from .kv_cache import KVCache, SlotCache, fused_attention
+
+if TYPE_CHECKING:  # the model is handed a cache; it never makes one
+    from .kv_cache import KVCache, SlotCache
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

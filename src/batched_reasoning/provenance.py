@@ -47,6 +47,19 @@ def package_of(path: str | Path) -> list[str]:
     return list(path.parent.relative_to(PACKAGE_DIR).parts)
 
 
+def runtime_nodes(tree: ast.AST):
+    """`ast.walk`, less the bodies of `if TYPE_CHECKING:`: an import made only for type hints
+    runs no code, so it is no part of what a job computes."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            pending.extend(node.orelse)
+        else:
+            pending.extend(ast.iter_child_nodes(node))
+
+
 def imported_modules(path: str | Path) -> set[str]:
     """Package modules the Python file at `path` imports, dotted below the package:
     `import batched_reasoning.x(.y)`, `from batched_reasoning(.x) import ...`, and inside the
@@ -54,7 +67,7 @@ def imported_modules(path: str | Path) -> set[str]:
     `from . import x`). Importing `a.b` also runs subpackage `a`'s `__init__.py`."""
     here = package_of(path)
     found = set()
-    for node in ast.walk(ast.parse(Path(path).read_text())):
+    for node in runtime_nodes(ast.parse(Path(path).read_text())):
         if isinstance(node, ast.Import):
             names = [alias.name.split(".")[1:] for alias in node.names
                      if alias.name.startswith(PACKAGE + ".")]

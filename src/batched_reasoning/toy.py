@@ -14,11 +14,11 @@ import torch
 from torch import nn
 
 from .checkpoint import save_model
-from .config import Qwen3Config
+from .config import Qwen3Config, new_model_config
 from .io import read_jsonl
 from .model import Qwen3
 from .prompts import render_prompt
-from .toy_tokenizer import END_TOKEN, toy_model_config, train_toy_tokenizer
+from .toy_tokenizer import END_TOKEN, train_toy_tokenizer
 
 
 def training_text(record: dict) -> str:
@@ -41,20 +41,11 @@ def init_weights(model: Qwen3, seed: int, std: float = 0.02) -> Qwen3:
 def build_toy_model(train_path: str, out_dir: str, *, architecture: dict, seed: int) -> None:
     records = read_jsonl(train_path)
     tokenizer = train_toy_tokenizer((training_text(r) for r in records), architecture["vocab_size"])
-    config = toy_model_config(
-        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
-        hidden_size=architecture["hidden_size"],
-        num_layers=architecture["num_hidden_layers"],
-        num_heads=architecture["num_attention_heads"],
-        num_kv_heads=architecture["num_key_value_heads"],
-        head_dim=architecture["head_dim"],
-        intermediate_size=architecture["intermediate_size"],
-        max_position_embeddings=architecture["max_position_embeddings"],
-        end_token_id=tokenizer.token_to_id(END_TOKEN),
-        rope_theta=architecture["rope_theta"],
-    )
+    shape = Qwen3Config(**(architecture | {
+        "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True)}))
+    config = new_model_config(shape, end_token_id=tokenizer.token_to_id(END_TOKEN))
     torch.manual_seed(seed)
-    model = init_weights(Qwen3(Qwen3Config.from_dict(config)), seed)
+    model = init_weights(Qwen3(shape), seed)
     with tempfile.TemporaryDirectory() as source:
         tokenizer.save(str(Path(source) / "tokenizer.json"))
         (Path(source) / "config.json").write_text(json.dumps(config, indent=2))

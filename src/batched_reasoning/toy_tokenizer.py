@@ -1,4 +1,4 @@
-"""The tokenizer and config of the offline default model `toy`, shaped like Qwen3's.
+"""The tokenizer of the offline default model `toy`, shaped like Qwen3's.
 
 `toy` lets the whole workflow run without the Hugging Face Hub. To exercise the same code paths
 as a real Qwen3 checkpoint, its tokenizer copies Qwen3's normalizer, pre-tokenizer (GPT-4-style
@@ -106,55 +106,3 @@ def train_toy_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
         else:
             tokenizer.add_tokens([token])
     return tokenizer
-
-
-def toy_model_config(
-    vocab_size: int,
-    hidden_size: int,
-    num_layers: int,
-    num_heads: int,
-    num_kv_heads: int,
-    head_dim: int,
-    intermediate_size: int,
-    max_position_embeddings: int,
-    end_token_id: int,
-    rope_theta: float = 1_000_000.0,
-) -> dict:
-    """A Hugging Face Qwen3 `config.json` dict for a small model.
-
-    Keys follow the real Qwen3 configs (rope_theta at top level, as transformers 4.x writes it;
-    transformers 5 converts it to `rope_parameters` when loading), so both our loader and
-    `transformers.Qwen3ForCausalLM.from_pretrained` read it. `vocab_size` must cover the added
-    tokens; `end_token_id` (the id of `<|endoftext|>`) is both EOS and PAD, as in Qwen3 base models.
-    """
-    if num_heads % num_kv_heads:
-        raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
-    return {
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
-        "vocab_size": vocab_size,
-        "hidden_size": hidden_size,
-        "intermediate_size": intermediate_size,
-        "num_hidden_layers": num_layers,
-        "num_attention_heads": num_heads,
-        "num_key_value_heads": num_kv_heads,
-        "head_dim": head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": max_position_embeddings,
-        "initializer_range": 0.02,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": rope_theta,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "use_cache": True,
-        "use_sliding_window": False,
-        "sliding_window": None,
-        "max_window_layers": num_layers,
-        "tie_word_embeddings": True,
-        "bos_token_id": None,
-        "eos_token_id": end_token_id,
-        "pad_token_id": end_token_id,
-        "torch_dtype": "float32",
-        "dtype": "float32",
-    }

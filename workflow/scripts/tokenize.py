@@ -1,4 +1,4 @@
-from batched_reasoning.evaluate import tokenize
+from batched_reasoning.tokenization import tokenize
 from batched_reasoning.io import log_to
 
 with log_to(snakemake.log[0]):
