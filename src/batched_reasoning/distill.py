@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from . import distributed
-from .checkpoint import load_model, save_model
+from .checkpoint import save_model
 from .io import atomic_path, write_json
 from .memory import PeakMemory
 from .padding import batches, length_sorted, pad_fraction
@@ -29,16 +29,13 @@ from .provenance import run_info
 from .teacher import load_teacher_rows
 from .training import (
     Example,
-    claim_work_dir,
     collate,
     epoch_batches,
     finish_run,
     masked_nll,
-    resume,
     run_identity,
-    save_training_state,
-    seed_everything,
     settings_of,
+    train_loop,
 )
 
 # --- Examples and batches -------------------------------------------------------------------
@@ -122,7 +119,7 @@ def distill(
     max_seq_len: int, validation_size: int, max_examples: int | None, use_think_tokens: bool,
     sort_by_length: bool, grad_clip: float | None, seed: int, log_every: int,
     checkpoint_every: int, threads: int, params: dict, labels: dict,
-) -> dict:
+) -> dict | None:
     """Train the student; write it to `out_dir` with its log, loss curve and metrics.
 
     `work_dir` holds the resumable checkpoint, resumed only if the same run wrote it, and is
@@ -132,8 +129,6 @@ def distill(
     identity = run_identity("distill", settings_of(distill, locals()), [teacher_path], model_dir)
     torch_device = distributed.device(device)
     torch.set_num_threads(distributed.threads_per_rank(threads))
-    main = distributed.is_main()
-    seed_everything(seed)
     rows, report = load_teacher_rows(teacher_path)
     tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
     examples = [build_example(r, tokenizer, prompt_style, use_think_tokens) for r in rows]
@@ -151,33 +146,17 @@ def distill(
                          f"({examples_per_step}): ranks would idle")
     steps_per_epoch = math.ceil(len(train) / examples_per_step)
     total_steps = epochs * steps_per_epoch
-
-    def make_optimizer(model):
-        return torch.optim.AdamW(model.parameters(), lr=lr)
+    epoch_groups = {}
 
     def validate(model) -> float:
         return mean_loss(model, validation, batch_size, tokenizer.pad_token_id)
 
-    if main:
-        claim_work_dir(work_dir, identity)
-    distributed.barrier()  # a stale checkpoint is gone before any rank looks for one
-    resumed = resume(work_dir, make_optimizer, dtype, torch_device)
-    if resumed:
-        model, optimizer, start, extra = resumed
-        log = extra["log"]
-    else:
-        model = load_model(model_dir, dtype=dtype, device=torch_device)
-        optimizer, start = make_optimizer(model), 0
-        log = [{"epoch": 0, "step": 0, "train_loss": math.nan,
-                "val_loss": validate(model)}]
-    model.train()
-    started = time.perf_counter()
-    epoch_groups = {}
-    for step in range(start, total_steps):
+    def take_step(model, optimizer, step: int) -> dict:
         epoch, offset = divmod(step, steps_per_epoch)
         if epoch not in epoch_groups:
-            epoch_groups = {epoch: epoch_batches(lengths, examples_per_step, seed, epoch,
-                                                 sort_by_length)}
+            epoch_groups.clear()
+            epoch_groups[epoch] = epoch_batches(lengths, examples_per_step, seed, epoch,
+                                                sort_by_length)
         group = epoch_groups[epoch][offset]
         with PeakMemory(torch_device) as memory:
             tick = time.perf_counter()
@@ -193,24 +172,30 @@ def distill(
                "examples": len(group), "step_seconds": seconds}
         if (step + 1) % log_every == 0 or step + 1 == total_steps:
             row["val_loss"] = validate(model)
-        if main and not math.isnan(row["val_loss"]):
+        if distributed.is_main() and not math.isnan(row["val_loss"]):
             print(f"epoch {epoch + 1}/{epochs} step {step + 1}/{total_steps} "
                   f"train_loss {row['train_loss']:.4f} val_loss {row['val_loss']:.4f} "
                   f"{row['tokens_per_sec']:.0f} tokens/s", flush=True)
-        log.append(row)
-        if main and (step + 1) % checkpoint_every == 0 and step + 1 < total_steps:
-            save_training_state(work_dir, model, optimizer, step + 1, model_dir, {"log": log})
-    wall = time.perf_counter() - started
-    if not main:
+        return row
+
+    trained = train_loop(
+        identity=identity, start_dir=model_dir, work_dir=work_dir, device=torch_device,
+        dtype=dtype, seed=seed, steps=total_steps, checkpoint_every=checkpoint_every,
+        make_optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=lr),
+        first_rows=lambda model: [{"epoch": 0, "step": 0, "train_loss": math.nan,
+                                   "val_loss": validate(model)}],
+        take_step=take_step)
+    if not distributed.is_main():
         return None
 
-    save_model(model, out_dir, source=model_dir)
-    frame = pd.DataFrame(log)
+    save_model(trained.model, out_dir, source=model_dir)
+    frame = pd.DataFrame(trained.rows)
     with atomic_path(log_csv) as tmp:
         frame.to_csv(tmp, index=False)
     plot_curve(frame, curve_png, f"Distillation: {labels.get('model')} on {labels.get('dataset')} "
                                  f"teacher traces, batch size {batch_size} on {world_size} rank(s)")
     steps = frame[frame["step"] > 0]
+
     def epochs_padding(sort: bool) -> float:
         """Padding of every micro-batch of every rank over the run."""
         return pad_fraction([
@@ -226,7 +211,7 @@ def distill(
         "malformed": report["malformed"], "n_too_long": n_too_long,
         "n_train": len(train), "n_validation": len(validation),
         "train_seconds": float(steps["step_seconds"].sum()),
-        "wall_seconds_this_run": wall,
+        "wall_seconds_this_run": trained.seconds,
         "train_tokens": int(steps["tokens"].sum()),
         "tokens_per_second": float(steps["tokens"].sum() / steps["step_seconds"].sum()),
         "pad_fraction": epochs_padding(sort_by_length),
@@ -234,13 +219,12 @@ def distill(
         "peak_memory_mb": float(steps["peak_mem_mb"].max()),
         "initial_val_loss": float(frame["val_loss"].iloc[0]),
         "final_val_loss": float(frame["val_loss"].iloc[-1]),
-        "resumed_from_step": start,
+        "resumed_from_step": trained.resumed_from,
         "sort_by_length": sort_by_length, "use_think_tokens": use_think_tokens,
     } | run_info(params, torch_device, "distill")
     write_json(metrics, metrics_json)
     finish_run(work_dir)
     return metrics
-
 
 
 def plot_curve(log: pd.DataFrame, png: str, title: str) -> None:

@@ -16,13 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from pathlib import Path
 
 import pandas as pd
 import torch
 
 from . import distributed
-from .checkpoint import load_model, save_model
+from .checkpoint import save_model
 from .devices import synchronize
 from .generation import generate
 from .grading import extract_answer, is_correct
@@ -33,16 +32,7 @@ from .plots import moving_average, save_figure, subplots
 from .prompts import TextTokenizer, format_prompt
 from .provenance import run_info
 from .sampling import TopP
-from .training import (
-    claim_work_dir,
-    finish_run,
-    resume,
-    run_identity,
-    save_training_state,
-    seed_everything,
-    settings_of,
-    token_logprobs,
-)
+from .training import finish_run, run_identity, settings_of, token_logprobs, train_loop
 
 ADVANTAGE_EPS = 1e-4
 # Evaluation is not what the runs compare, so it uses one batch size everywhere: accuracies of
@@ -170,10 +160,6 @@ def train_grpo(
     torch_device = distributed.device(device)
     torch.set_num_threads(distributed.threads_per_rank(threads))
     main = distributed.is_main()
-    work_dir = Path(work_dir)
-    if main:
-        claim_work_dir(work_dir, identity)
-    distributed.barrier()
     tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
     train = read_jsonl(train_path)[:train_problems]
     test = read_jsonl(test_path)[:eval_problems]
@@ -181,10 +167,7 @@ def train_grpo(
     eval_answers = [r["answer"] for r in test]
     sampler = TopP(temperature, top_p, seed)
 
-    def make_optimizer(model):
-        return torch.optim.AdamW(model.parameters(), lr=lr)
-
-    def evaluate_into(row: dict) -> None:
+    def evaluate_into(model, row: dict) -> dict:
         tick = time.perf_counter()
         correct = eval_correct(model, tokenizer, eval_prompts, eval_answers, max_new_tokens)
         row["eval_acc"] = sum(correct) / len(correct)
@@ -192,18 +175,9 @@ def train_grpo(
         row["eval_seconds"] = time.perf_counter() - tick
         if main:
             print(f"step {row['step']}: eval accuracy {row['eval_acc']:.3f}", flush=True)
+        return row
 
-    resumed = resume(work_dir, make_optimizer, dtype, torch_device)
-    if resumed:
-        model, optimizer, start, extra = resumed
-        rows = extra["rows"]
-    else:
-        seed_everything(seed)
-        model = load_model(model_dir, dtype=dtype, device=torch_device)
-        optimizer, start, rows = make_optimizer(model), 0, [{"step": 0}]
-        evaluate_into(rows[0])
-    started = time.perf_counter()
-    for step in range(start, steps):
+    def take_step(model, optimizer, step: int) -> dict:
         problems = [train[(step * problems_per_step + p) % len(train)]
                     for p in range(problems_per_step)]
         prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style)) for r in problems]
@@ -255,19 +229,22 @@ def train_grpo(
             "gen_seconds": gen_seconds, "update_seconds": update_seconds,
             "step_seconds": step_seconds, "peak_mem_mb": peak_mb,
         }
-        rows.append(row)
         if main:
             print(f"step {step + 1}/{steps} loss {loss:.4f} reward {row['reward_avg']:.3f}"
                   f"{' (skipped: all rewards equal)' if skipped else ''}", flush=True)
-        last = step + 1 == steps
-        if (step + 1) % eval_every == 0 or last:
-            evaluate_into(row)
-        if main and (step + 1) % checkpoint_every == 0 and not last:
-            save_training_state(work_dir, model, optimizer, step + 1, model_dir, {"rows": rows})
+        if (step + 1) % eval_every == 0 or step + 1 == steps:
+            evaluate_into(model, row)
+        return row
+
+    trained = train_loop(
+        identity=identity, start_dir=model_dir, work_dir=work_dir, device=torch_device,
+        dtype=dtype, seed=seed, steps=steps, checkpoint_every=checkpoint_every,
+        make_optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=lr),
+        first_rows=lambda model: [evaluate_into(model, {"step": 0})], take_step=take_step)
     if not main:
         return None
-    save_model(model, out_model, source=model_dir)
-    log = pd.DataFrame(rows)
+    save_model(trained.model, out_model, source=model_dir)
+    log = pd.DataFrame(trained.rows)
     with atomic_path(log_csv) as tmp:
         log.reindex(columns=LOG_COLUMNS).to_csv(tmp, index=False)
     world_size = distributed.world_size()
@@ -275,8 +252,8 @@ def train_grpo(
                                f"({strategy}, bs {batch_size}, {device} x {world_size})")
     metrics = labels | summarize(log) | {
         "steps": steps, "num_rollouts": num_rollouts, "problems_per_step": problems_per_step,
-        "world_size": world_size, "resumed_from_step": start,
-        "wall_seconds_this_run": time.perf_counter() - started,
+        "world_size": world_size, "resumed_from_step": trained.resumed_from,
+        "wall_seconds_this_run": trained.seconds,
         "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
     } | run_info(params, torch_device, "grpo")
     write_json(metrics, metrics_json)

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from .arith import direct_answer
-from .checkpoint import load_model, save_model
+from .checkpoint import save_model
 from .devices import resolve_device
 from .io import atomic_path, read_jsonl, write_json
 from .memory import PeakMemory
@@ -29,16 +29,13 @@ from .prompts import TextTokenizer, render_prompt
 from .provenance import run_info
 from .training import (
     Example,
-    claim_work_dir,
     epoch_batches,
     finish_run,
     pack,
     packed_token_mean_nll,
-    resume,
     run_identity,
-    save_training_state,
-    seed_everything,
     settings_of,
+    train_loop,
 )
 
 
@@ -78,31 +75,20 @@ def pretrain(
     identity = run_identity("pretrain", settings_of(pretrain, locals()), [train_path], init_dir)
     torch_device = resolve_device(device)
     torch.set_num_threads(threads)
-    seed_everything(seed)
     tokenizer = TextTokenizer.from_model_dir(init_dir)
     examples = pretraining_examples(read_jsonl(train_path), tokenizer, worked_share, seed)
     if len(examples) < batch_size:
         raise ValueError(f"{train_path}: {len(examples)} examples < batch_size {batch_size}")
+    lengths = [len(e.ids) for e in examples]
+    steps_per_epoch = math.ceil(len(examples) / batch_size)
+    epoch_groups = {}
 
     def make_optimizer(model):
         return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
                                  betas=(0.9, 0.95))
 
-    claim_work_dir(work_dir, identity)
-    resumed = resume(work_dir, make_optimizer, "float32", torch_device)
-    if resumed:
-        model, optimizer, start, extra = resumed
-        rows = extra["rows"]
-    else:
-        model = load_model(init_dir, device=torch_device)
-        optimizer, start, rows = make_optimizer(model), 0, []
-    model.train()
-    lengths = [len(e.ids) for e in examples]
-    steps_per_epoch = math.ceil(len(examples) / batch_size)
-    epoch_groups = {}
-    started = time.perf_counter()
-    with PeakMemory(torch_device) as memory:
-        for step in range(start, steps):
+    def take_step(model, optimizer, step: int) -> dict:
+        with PeakMemory(torch_device) as memory:
             tick = time.perf_counter()
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, steps, lr, warmup)
@@ -110,7 +96,8 @@ def pretrain(
             if epoch not in epoch_groups:
                 # Not sorted by length: batches of only short (bare) or only long (worked)
                 # answers made the toy fail to learn the habits' mix (tried: 0.27 accuracy).
-                epoch_groups = {epoch: epoch_batches(lengths, batch_size, seed, epoch, False)}
+                epoch_groups.clear()
+                epoch_groups[epoch] = epoch_batches(lengths, batch_size, seed, epoch, False)
             chosen = [examples[i] for i in epoch_groups[epoch][offset]]
             # packed: the batch's short and long answers computed without padding between them
             input_ids, segment_ids, loss_mask = pack(chosen, tokenizer.pad_token_id, torch_device)
@@ -120,24 +107,27 @@ def pretrain(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             seconds = time.perf_counter() - tick
-            rows.append({"step": step + 1, "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"],
-                         "tokens_per_sec": int((segment_ids > 0).sum()) / seconds,
-                         "step_seconds": seconds})
-            if (step + 1) % 50 == 0:
-                print(f"step {step + 1}/{steps} loss {loss.item():.4f}", flush=True)
-            if (step + 1) % checkpoint_every == 0 and step + 1 < steps:
-                save_training_state(work_dir, model, optimizer, step + 1, init_dir, {"rows": rows})
-    save_model(model, out_dir, source=init_dir)
-    log = pd.DataFrame(rows)
+        if (step + 1) % 50 == 0:
+            print(f"step {step + 1}/{steps} loss {loss.item():.4f}", flush=True)
+        return {"step": step + 1, "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"],
+                "tokens_per_sec": int((segment_ids > 0).sum()) / seconds,
+                "step_seconds": seconds, "peak_mem_mb": memory.peak_mb}
+
+    trained = train_loop(
+        identity=identity, start_dir=init_dir, work_dir=work_dir, device=torch_device,
+        dtype="float32", seed=seed, steps=steps, checkpoint_every=checkpoint_every,
+        make_optimizer=make_optimizer, first_rows=lambda model: [], take_step=take_step)
+    save_model(trained.model, out_dir, source=init_dir)
+    log = pd.DataFrame(trained.rows)
     with atomic_path(log_csv) as tmp:
         log.to_csv(tmp, index=False)
     plot_loss(log, plot_png)
     write_json({
         "steps": steps, "n_examples": len(examples),
         "worked_examples": int(shows_work(len(examples), worked_share, seed).sum()),
-        "first_loss": rows[0]["loss"], "final_loss": float(log["loss"].tail(20).mean()),
-        "wall_seconds_this_run": time.perf_counter() - started, "peak_memory_mb": memory.peak_mb,
-        "resumed_from_step": start,
+        "first_loss": trained.rows[0]["loss"], "final_loss": float(log["loss"].tail(20).mean()),
+        "wall_seconds_this_run": trained.seconds, "peak_memory_mb": float(log["peak_mem_mb"].max()),
+        "resumed_from_step": trained.resumed_from,
     } | run_info(params, torch_device, "pretrain"), metrics_json)
     finish_run(work_dir)
 

@@ -1,5 +1,7 @@
 """Shared pieces of the training stages (pretrain, GRPO, distillation).
 
+- the one training loop (`train_loop`): each stage supplies its step and its log before
+  training; the loop claims the work folder, resumes or starts, steps and checkpoints;
 - examples (prompt + answer, trained on the answer) and their left-padded batches;
 - the token-level loss over chosen positions, averaged per example then over the batch, so batch
   size 1 and batch size N optimise the same objective (or over all tokens, for pretraining);
@@ -17,6 +19,8 @@ import inspect
 import json
 import random
 import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import distributed
 from .checkpoint import load_model, save_model
 from .io import atomic_path, read_json, write_json
 from .padding import batches, left_pad, length_sorted
@@ -265,3 +270,47 @@ def resume(directory, optimizer_factory, dtype: str, device) -> tuple | None:
 def finish_run(work_dir) -> None:
     """Remove a finished run's work folder: its outputs are written, nothing is left to resume."""
     shutil.rmtree(work_dir, ignore_errors=True)
+
+
+@dataclass
+class Trained:
+    """What `train_loop` hands back to its stage."""
+
+    model: torch.nn.Module
+    rows: list[dict]  # the log: the stage's rows before training, then one per step
+    resumed_from: int  # the step this process started at (0: not resumed)
+    seconds: float  # this process's time in the loop
+
+
+def train_loop(*, identity: dict, start_dir: str, work_dir, device: torch.device,
+               dtype: str, seed: int, steps: int, checkpoint_every: int,
+               make_optimizer: Callable, first_rows: Callable, take_step: Callable) -> Trained:
+    """The training skeleton every stage shares.
+
+    Rank 0 claims `work_dir` for the run `identity` describes (`claim_work_dir`); every rank
+    then resumes its latest checkpoint (weights, optimizer, step, random states and the log so
+    far), or seeds everything with `seed`, loads `start_dir` and logs `first_rows(model)` (e.g.
+    an evaluation before training). Steps `start .. steps - 1` each run
+    `take_step(model, optimizer, step)`, which returns the step's log row; rank 0 checkpoints
+    every `checkpoint_every` steps but the last. The stage writes its outputs from the result
+    and then calls `finish_run`.
+    """
+    if distributed.is_main():
+        claim_work_dir(work_dir, identity)
+    distributed.barrier()  # a stale checkpoint is gone before any rank looks for one
+    resumed = resume(work_dir, make_optimizer, dtype, device)
+    if resumed:
+        model, optimizer, start, extra = resumed
+        rows = extra["rows"]
+    else:
+        seed_everything(seed)
+        model = load_model(start_dir, dtype=dtype, device=device)
+        optimizer, start = make_optimizer(model), 0
+        rows = first_rows(model)
+    model.train()
+    started = time.perf_counter()
+    for step in range(start, steps):
+        rows.append(take_step(model, optimizer, step))
+        if distributed.is_main() and (step + 1) % checkpoint_every == 0 and step + 1 < steps:
+            save_training_state(work_dir, model, optimizer, step + 1, start_dir, {"rows": rows})
+    return Trained(model, rows, start, time.perf_counter() - started)
