@@ -470,7 +470,7 @@ def main(argv=None) -> pd.DataFrame | None:
         eos_token_id=None if args.no_eos else tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, answer_lengths=answer_lengths,
     )
-    table = table.assign(cpu_class=current_cpu_class(),
+    table = table.assign(dtype=args.dtype, cpu_class=current_cpu_class(),
                          cpu_capability=torch.backends.cpu.get_cpu_capability())
     print(table.to_markdown(index=False, floatfmt=".3g"))
     if table.generated_tokens.nunique() > 1:
