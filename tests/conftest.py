@@ -3,10 +3,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from batched_reasoning import kernels
-from batched_reasoning.checkpoint import save_model
-from batched_reasoning.config import Qwen3Config
-from batched_reasoning.model import Qwen3
+from batched_reasoning.model import kernels
+from batched_reasoning.model.checkpoint import save_model
+from batched_reasoning.model.config import Qwen3Config
+from batched_reasoning.model.qwen3 import Qwen3
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 EOS = 3

@@ -5,8 +5,8 @@ from collections import Counter
 
 import pytest
 
-from batched_reasoning import grading
-from batched_reasoning.arith import CHAIN_LENGTHS, LARGEST, make_arith
+from batched_reasoning.data import grading
+from batched_reasoning.world.arith import CHAIN_LENGTHS, LARGEST, make_arith
 
 STEP = re.compile(r"^(.+): (\d)([+\-*/])(\d)=(\d)$")
 PHRASE = {"+": r"gets (\d) more", "-": r"gives away (\d)", "*2": "doubles them",

@@ -7,13 +7,13 @@ import pytest
 import torch
 from conftest import random_model
 
-from batched_reasoning import autotune
-from batched_reasoning.autotune import Trial, choose, run_probe
-from batched_reasoning.checkpoint import save_model
-from batched_reasoning.io import write_jsonl
-from batched_reasoning.toy import training_text
-from batched_reasoning.arith import make_arith
-from batched_reasoning.toy_tokenizer import train_toy_tokenizer
+from batched_reasoning.workflow import autotune
+from batched_reasoning.workflow.autotune import Trial, choose, run_probe
+from batched_reasoning.model.checkpoint import save_model
+from batched_reasoning.core.io import write_jsonl
+from batched_reasoning.world.toy import training_text
+from batched_reasoning.world.arith import make_arith
+from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
 BUDGET = 10_000.0
 

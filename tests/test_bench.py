@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from conftest import EOS, PAD
 
-from batched_reasoning.bench import (
+from batched_reasoning.bench.cli import (
     SYNTHETIC_LENGTHS,
     ForcedLengths,
     benchmark,
@@ -22,13 +22,13 @@ from batched_reasoning.bench import (
     run_book,
     run_transformers,
 )
-from batched_reasoning.bench_memory import main as memory_main
-from batched_reasoning.checkpoint import save_model
-from batched_reasoning.cpu_class import current_cpu_class
-from batched_reasoning.generation import STRATEGIES, generate
-from batched_reasoning.io import write_jsonl
-from batched_reasoning.prompts import TextTokenizer, format_prompt
-from batched_reasoning.toy_tokenizer import train_toy_tokenizer
+from batched_reasoning.bench.memory import main as memory_main
+from batched_reasoning.model.checkpoint import save_model
+from batched_reasoning.core.cpu_class import current_cpu_class
+from batched_reasoning.engine.generation import STRATEGIES, generate
+from batched_reasoning.core.io import write_jsonl
+from batched_reasoning.data.prompts import TextTokenizer, format_prompt
+from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
 PROBLEMS = [
     "What is 2+3?",
@@ -139,7 +139,7 @@ def varied_prompts():
 @pytest.mark.parametrize("strategy", ["batched", "batched_stop"])
 def test_book_generation_on_our_weights_equals_ours(eos_model, strategy, eos_token_id):
     pytest.importorskip("reasoning_from_scratch.qwen3_batched")
-    from batched_reasoning.book_compat import to_book_model
+    from batched_reasoning.model.book_compat import to_book_model
 
     prompts = varied_prompts()
     ours = generate(eos_model, prompts, strategy="sequential", batch_size=1, max_new_tokens=16,
@@ -176,7 +176,7 @@ def test_forced_lengths_end_every_implementation_exactly_there(eos_model, tmp_pa
     """The end-boosted model would stop rows early; forcing overrides it both ways."""
     pytest.importorskip("transformers")
     pytest.importorskip("reasoning_from_scratch.qwen3_batched")
-    from batched_reasoning.book_compat import to_book_model
+    from batched_reasoning.model.book_compat import to_book_model
 
     prompts = varied_prompts()
     lengths = [5, 1, 12, 3, 8, 2, 9]

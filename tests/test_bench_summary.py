@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from batched_reasoning.bench_summary import main, summary_row
+from batched_reasoning.bench.summary import main, summary_row
 
 
 def run_table(cpu_class="avx2", dtype="bfloat16"):

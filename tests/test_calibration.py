@@ -8,10 +8,11 @@ import torch
 import torch.nn.functional as F
 from conftest import PAD, random_model
 
-from batched_reasoning import calibration, kernels
-from batched_reasoning.generation import generate
-from batched_reasoning.attention import fused_attention
-from batched_reasoning.provenance import run_info
+from batched_reasoning.core import calibration
+from batched_reasoning.core.provenance import run_info
+from batched_reasoning.engine.generation import generate
+from batched_reasoning.model import attention, kernels
+from batched_reasoning.model.attention import fused_attention
 
 SHAPE = (torch.bfloat16, 4, 2, 16)
 NAME = "decode_attention/bfloat16/4x2x16"
@@ -27,7 +28,7 @@ def wisdom(tmp_path, monkeypatch):
 
 
 def test_a_choice_is_measured_once_and_then_read(wisdom, monkeypatch):
-    first = calibration.decode_attention_in_float32(*SHAPE)
+    first = attention.decode_attention_in_float32(*SHAPE)
     record = json.loads(wisdom.read_text())[calibration.machine_key()][NAME]
     assert record["choice"] == ("float32" if first else "native")
     assert record["native_ms"] > 0 and record["float32_ms"] > 0
@@ -37,21 +38,21 @@ def test_a_choice_is_measured_once_and_then_read(wisdom, monkeypatch):
     flipped[calibration.machine_key()][NAME]["choice"] = "native" if first else "float32"
     wisdom.write_text(json.dumps(flipped))
     monkeypatch.setattr(calibration, "_made", {})
-    assert calibration.decode_attention_in_float32(*SHAPE) is not first
+    assert attention.decode_attention_in_float32(*SHAPE) is not first
     assert calibration.choices_made() == {NAME: "native" if first else "float32"}
-    assert run_info({}, torch.device("cpu"), "evaluate")["kernel_choices"] == \
+    assert run_info({}, torch.device("cpu"), "stages.evaluate")["kernel_choices"] == \
         calibration.choices_made()
 
 
 def test_float32_needs_no_choice_and_writes_nothing(wisdom):
-    assert not calibration.decode_attention_in_float32(torch.float32, 4, 2, 16)
+    assert not attention.decode_attention_in_float32(torch.float32, 4, 2, 16)
     assert not wisdom.exists() and calibration.choices_made() == {}
 
 
 def test_an_unreadable_wisdom_file_is_measured_over(wisdom, capsys):
     wisdom.parent.mkdir(parents=True)
     wisdom.write_text("{not json")
-    calibration.decode_attention_in_float32(*SHAPE)
+    attention.decode_attention_in_float32(*SHAPE)
     assert "ignoring unreadable wisdom file" in capsys.readouterr().err
     assert NAME in json.loads(wisdom.read_text())[calibration.machine_key()]
 
@@ -61,7 +62,7 @@ def test_a_cache_folder_it_cannot_write_costs_only_a_warning(tmp_path, monkeypat
     blocked.write_text("")  # a file where the folder should be
     monkeypatch.setenv(calibration.WISDOM_ENV, str(blocked / "wisdom.json"))
     monkeypatch.setattr(calibration, "_made", {})
-    calibration.decode_attention_in_float32(*SHAPE)
+    attention.decode_attention_in_float32(*SHAPE)
     assert "cannot keep wisdom" in capsys.readouterr().err
     assert NAME in calibration.choices_made()
 

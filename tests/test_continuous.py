@@ -7,12 +7,14 @@ import pytest
 import torch
 from conftest import EOS, PAD
 
-from batched_reasoning import attention, kv_cache
-from batched_reasoning.generation import Greedy, generate
-from batched_reasoning.kv_cache import KVCache, SlotCache
-from batched_reasoning.scheduling import row_groups
-from batched_reasoning.padding import length_sorted, right_pad
-from batched_reasoning.sampling import TopP
+from batched_reasoning.model import attention
+
+from batched_reasoning.engine import kv_cache
+from batched_reasoning.engine.generation import Greedy, generate
+from batched_reasoning.engine.kv_cache import KVCache, SlotCache
+from batched_reasoning.engine.scheduling import row_groups
+from batched_reasoning.engine.padding import length_sorted, right_pad
+from batched_reasoning.engine.sampling import TopP
 
 LENGTHS = [1, 120, 5, 64, 2, 33, 90, 12, 7, 50]  # more prompts than slots, very different lengths
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from batched_reasoning.cpu_class import (
+from batched_reasoning.core.cpu_class import (
     CPU_CLASSES,
     cpu_class_env,
     current_cpu_class,

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from batched_reasoning.data import REQUIRED_FIELDS, DatasetError, load_records
-from batched_reasoning.io import write_jsonl
+from batched_reasoning.data.records import REQUIRED_FIELDS, DatasetError, load_records
+from batched_reasoning.core.io import write_jsonl
 
 MATH500 = Path(__file__).resolve().parents[2] / "shared/data/math500_test.json"
 

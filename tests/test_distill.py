@@ -9,11 +9,11 @@ import pytest
 import torch
 from conftest import random_model, shared_file
 
-import batched_reasoning.distill as distill_module
-from batched_reasoning.arith import make_arith
-from batched_reasoning.checkpoint import load_model, save_model
-from batched_reasoning.data import DatasetError
-from batched_reasoning.distill import (
+import batched_reasoning.stages.distill as distill_module
+from batched_reasoning.world.arith import make_arith
+from batched_reasoning.model.checkpoint import load_model, save_model
+from batched_reasoning.data.records import DatasetError
+from batched_reasoning.stages.distill import (
     Example,
     answer_text,
     build_example,
@@ -23,13 +23,13 @@ from batched_reasoning.distill import (
     mean_loss,
     train_step,
 )
-from batched_reasoning.padding import batches, pad_fraction
-from batched_reasoning.prompts import TextTokenizer, format_prompt
-from batched_reasoning.tables import distill_table, evaluations, student_name
-from batched_reasoning.teacher import load_teacher_rows, make_teacher_traces
-from batched_reasoning.toy import training_text
-from batched_reasoning.toy_tokenizer import train_toy_tokenizer
-from batched_reasoning.training import masked_nll
+from batched_reasoning.engine.padding import batches, pad_fraction
+from batched_reasoning.data.prompts import TextTokenizer, format_prompt
+from batched_reasoning.workflow.tables import distill_table, evaluations, student_name
+from batched_reasoning.world.teacher import load_teacher_rows, make_teacher_traces
+from batched_reasoning.world.toy import training_text
+from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
+from batched_reasoning.training.loop import masked_nll
 
 ARITH = make_arith(seed=0, n_train=60, n_test=2)["train"]
 

@@ -22,17 +22,17 @@ import torch
 from conftest import random_model
 from safetensors.torch import load_file
 
-from batched_reasoning import distill as distill_module
-from batched_reasoning import distributed
-from batched_reasoning.arith import make_arith
-from batched_reasoning.checkpoint import load_model, save_model
-from batched_reasoning.distill import build_example, distill, train_step
-from batched_reasoning.grpo import policy_update, train_grpo
-from batched_reasoning.io import read_json, write_jsonl
-from batched_reasoning.prompts import TextTokenizer, format_prompt
-from batched_reasoning.teacher import make_teacher_traces
-from batched_reasoning.toy import training_text
-from batched_reasoning.toy_tokenizer import train_toy_tokenizer
+from batched_reasoning.stages import distill as distill_module
+from batched_reasoning.training import distributed
+from batched_reasoning.world.arith import make_arith
+from batched_reasoning.model.checkpoint import load_model, save_model
+from batched_reasoning.stages.distill import build_example, distill, train_step
+from batched_reasoning.stages.grpo import policy_update, train_grpo
+from batched_reasoning.core.io import read_json, write_jsonl
+from batched_reasoning.data.prompts import TextTokenizer, format_prompt
+from batched_reasoning.world.teacher import make_teacher_traces
+from batched_reasoning.world.toy import training_text
+from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
 DATA = make_arith(seed=0, n_train=60, n_test=6)
 ARITH = DATA["train"]
@@ -258,8 +258,8 @@ def csv_rows(path):
 def start_distill(root, name, world_size, **overrides):
     """A distillation run in its own process, as the workflow's job runs it."""
     positional, keywords = distill_args(root, name, **overrides)
-    code = ("import json, sys; from batched_reasoning.distributed import launch; "
-            "from batched_reasoning.distill import distill; a = json.loads(sys.argv[1]); "
+    code = ("import json, sys; from batched_reasoning.training.distributed import launch; "
+            "from batched_reasoning.stages.distill import distill; a = json.loads(sys.argv[1]); "
             "launch(distill, a['world_size'], *a['positional'], **a['keywords'])")
     payload = json.dumps({"world_size": world_size, "positional": positional, "keywords": keywords})
     return subprocess.Popen([sys.executable, "-c", code, payload])
@@ -301,7 +301,7 @@ def test_ranks_and_shares_are_checked_in_both_stages(setup):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_resumed_optimizer_state_lands_on_the_ranks_own_device(setup, tmp_path):
-    from batched_reasoning.training import resume, save_training_state
+    from batched_reasoning.training.loop import resume, save_training_state
 
     model = load_model(setup / "model")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

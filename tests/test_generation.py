@@ -8,14 +8,14 @@ import pytest
 import torch
 from conftest import EOS, PAD, random_model
 
-from batched_reasoning import generation
-from batched_reasoning import model as model_module
-from batched_reasoning.generation import STRATEGIES, Greedy, generate, prefill_batch
-from batched_reasoning.kv_cache import KVCache
-from batched_reasoning.scheduling import row_groups
-from batched_reasoning.padding import left_pad, length_sorted, pad_fraction
-from batched_reasoning.sampling import TopP
-from batched_reasoning.tables import compare_answer
+from batched_reasoning.engine import generation
+from batched_reasoning.model import qwen3 as model_module
+from batched_reasoning.engine.generation import STRATEGIES, Greedy, generate, prefill_batch
+from batched_reasoning.engine.kv_cache import KVCache
+from batched_reasoning.engine.scheduling import row_groups
+from batched_reasoning.engine.padding import left_pad, length_sorted, pad_fraction
+from batched_reasoning.engine.sampling import TopP
+from batched_reasoning.workflow.tables import compare_answer
 
 
 def varied_prompts(n=8, seed=0):

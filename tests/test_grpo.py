@@ -15,22 +15,22 @@ import torch.nn.functional as F
 from conftest import TINY, random_model
 from safetensors.torch import load_file
 
-from batched_reasoning import grpo as grpo_module
-from batched_reasoning.arith import make_arith
-from batched_reasoning.checkpoint import load_model, save_model
-from batched_reasoning.grpo import (
+from batched_reasoning.stages import grpo as grpo_module
+from batched_reasoning.world.arith import make_arith
+from batched_reasoning.model.checkpoint import load_model, save_model
+from batched_reasoning.stages.grpo import (
     completion_logprobs,
     group_advantages,
     policy_loss,
     scored_completion,
     train_grpo,
 )
-from batched_reasoning.io import write_jsonl
-from batched_reasoning.prompts import TextTokenizer, format_prompt
-from batched_reasoning.tables import grpo_table, plot_grpo
-from batched_reasoning.toy import training_text
-from batched_reasoning.config import Qwen3Config, new_model_config
-from batched_reasoning.toy_tokenizer import END_TOKEN, train_toy_tokenizer
+from batched_reasoning.core.io import write_jsonl
+from batched_reasoning.data.prompts import TextTokenizer, format_prompt
+from batched_reasoning.workflow.tables import grpo_table, plot_grpo
+from batched_reasoning.world.toy import training_text
+from batched_reasoning.model.config import Qwen3Config, new_model_config
+from batched_reasoning.world.toy_tokenizer import END_TOKEN, train_toy_tokenizer
 
 TIMING = ["tokens_per_sec", "gen_seconds", "update_seconds", "step_seconds", "peak_mem_mb",
           "eval_seconds"]

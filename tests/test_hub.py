@@ -66,7 +66,7 @@ def run_hub(call: str, cache: Path, offline: bool = True, endpoint: str | None =
     """Run `call` (an expression using download_model/download_dataset_file) in a fresh interpreter."""
     code = textwrap.dedent(f"""
         import json
-        from batched_reasoning.hub import download_model, download_dataset_file
+        from batched_reasoning.data.hub import download_model, download_dataset_file
         try:
             print(json.dumps({{"ok": str({call})}}))
         except Exception as e:

@@ -1,7 +1,7 @@
 """llama.cpp as the benchmark's peer, for real: a tiny random checkpoint converted by llama.cpp's
 own converter, its `llama-batched-bench` run by our benchmark, and its figures beside ours.
 
-Needs a llama.cpp built by `python -m batched_reasoning.llama_cpp build DIR`, named by the
+Needs a llama.cpp built by `python -m batched_reasoning.bench.llama_cpp build DIR`, named by the
 LLAMA_CPP environment variable (CI builds one), and the shared Qwen3 tokenizer: llama.cpp's
 converter accepts only tokenizers it knows.
 """
@@ -14,15 +14,15 @@ import pandas as pd
 import pytest
 from conftest import shared_file
 
-from batched_reasoning.bench import main as bench_main
-from batched_reasoning.config import Qwen3Config
-from batched_reasoning.io import read_json
-from batched_reasoning.llama_cpp import batched_bench, binary_path, convert
+from batched_reasoning.bench.cli import main as bench_main
+from batched_reasoning.model.config import Qwen3Config
+from batched_reasoning.core.io import read_json
+from batched_reasoning.bench.llama_cpp import batched_bench, binary_path, convert
 
 LLAMA_CPP = os.environ.get("LLAMA_CPP")
 pytestmark = pytest.mark.skipif(
     not LLAMA_CPP, reason="set LLAMA_CPP to a folder built by "
-                          "`python -m batched_reasoning.llama_cpp build DIR`")
+                          "`python -m batched_reasoning.bench.llama_cpp build DIR`")
 
 
 @pytest.fixture(scope="module")

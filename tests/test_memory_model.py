@@ -8,21 +8,21 @@ import pytest
 import torch
 from conftest import random_model
 
-from batched_reasoning import evaluate as evaluate_module
-from batched_reasoning.checkpoint import load_model, save_model
-from batched_reasoning.config import Qwen3Config
-from batched_reasoning.evaluate import evaluate
-from batched_reasoning.tokenization import load_batches, tokenize
-from batched_reasoning.io import read_json, write_jsonl
-from batched_reasoning.memory import MEASURES, PeakMemory
-from batched_reasoning.memory_model import (
+from batched_reasoning.stages import evaluate as evaluate_module
+from batched_reasoning.model.checkpoint import load_model, save_model
+from batched_reasoning.model.config import Qwen3Config
+from batched_reasoning.stages.evaluate import evaluate
+from batched_reasoning.stages.tokenization import load_batches, tokenize
+from batched_reasoning.core.io import read_json, write_jsonl
+from batched_reasoning.core.memory import MEASURES, PeakMemory
+from batched_reasoning.model.memory_model import (
     CPU_FIRST_PASS_MB,
     largest_batch_that_fits,
     parameter_count,
     predict_peak_mb,
 )
-from batched_reasoning.tables import evaluate_table
-from batched_reasoning.toy_tokenizer import train_toy_tokenizer
+from batched_reasoning.workflow.tables import evaluate_table
+from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
 MODERATE = {
     "vocab_size": 32000, "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -86,10 +86,10 @@ def test_bad_arguments():
 
 MEASURE = """
 import json, sys, torch
-from batched_reasoning.config import Qwen3Config
-from batched_reasoning.generation import generate
-from batched_reasoning.memory import PeakMemory
-from batched_reasoning.model import Qwen3
+from batched_reasoning.model.config import Qwen3Config
+from batched_reasoning.engine.generation import generate
+from batched_reasoning.core.memory import PeakMemory
+from batched_reasoning.model.qwen3 import Qwen3
 config, batch, prompt, new, distinct = json.loads(sys.argv[1]), *map(int, sys.argv[2:])
 torch.set_num_threads(1)
 torch.manual_seed(0)

@@ -6,11 +6,11 @@ import pytest
 import torch
 from conftest import random_model
 
-from batched_reasoning.checkpoint import CheckpointError, load_model, save_model
-from batched_reasoning import kernels
-from batched_reasoning.kernels import Linear
-from batched_reasoning.memory import weights_mb
-from batched_reasoning.padding import left_pad
+from batched_reasoning.model.checkpoint import CheckpointError, load_model, save_model
+from batched_reasoning.model import kernels
+from batched_reasoning.model.kernels import Linear
+from batched_reasoning.model.memory_model import weights_mb
+from batched_reasoning.engine.padding import left_pad
 
 CONFIGS = [
     dict(tie_word_embeddings=True),

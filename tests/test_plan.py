@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from batched_reasoning.config import QWEN3_SHAPES, Qwen3Config
-from batched_reasoning.plan import (
+from batched_reasoning.model.config import QWEN3_SHAPES, Qwen3Config
+from batched_reasoning.workflow.plan import (
     GenerationRun,
     Plan,
     PlanError,
@@ -16,7 +16,7 @@ from batched_reasoning.plan import (
     check_shape,
     student_name,
 )
-from batched_reasoning.toy_tokenizer import QWEN3_SPECIAL_TOKENS
+from batched_reasoning.world.toy_tokenizer import QWEN3_SPECIAL_TOKENS
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = yaml.safe_load((REPO / "config.yaml").read_text())

@@ -11,12 +11,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from batched_reasoning.arith import direct_answer, make_arith
-from batched_reasoning.checkpoint import load_model
-from batched_reasoning.io import read_jsonl, write_jsonl
-from batched_reasoning.pretrain import learning_rate, pretraining_examples, shows_work
-from batched_reasoning.prompts import TextTokenizer, render_prompt
-from batched_reasoning.toy import build_toy_model
+from batched_reasoning.world.arith import direct_answer, make_arith
+from batched_reasoning.model.checkpoint import load_model
+from batched_reasoning.core.io import read_jsonl, write_jsonl
+from batched_reasoning.stages.pretrain import learning_rate, pretraining_examples, shows_work
+from batched_reasoning.data.prompts import TextTokenizer, render_prompt
+from batched_reasoning.world.toy import build_toy_model
 
 ARCH = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=512,
@@ -36,7 +36,7 @@ def run_pretrain(root, out, steps, checkpoint_every=10**6):
     kwargs = dict(steps=steps, batch_size=8, lr=3e-3, warmup=5, weight_decay=0.01, worked_share=0.4,
                   checkpoint_every=checkpoint_every, seed=0, device="cpu", threads=1, params={})
     code = (
-        "from batched_reasoning.pretrain import pretrain; import json, sys; "
+        "from batched_reasoning.stages.pretrain import pretrain; import json, sys; "
         f"pretrain(*sys.argv[1:8], **json.loads({json.dumps(json.dumps(kwargs))}))"
     )
     paths = [root / "init", root / "train.jsonl", out / "model", out / "checkpoints",

@@ -12,9 +12,9 @@ from conftest import SHARED_DATA, TINY, random_model
 from test_hub import cache_repo
 from workflow_helpers import copy_workflow, snakemake
 
-from batched_reasoning.checkpoint import save_model
-from batched_reasoning.io import read_json
-from batched_reasoning.toy_tokenizer import train_toy_tokenizer
+from batched_reasoning.model.checkpoint import save_model
+from batched_reasoning.core.io import read_json
+from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
 pytestmark = pytest.mark.slow
 COMMIT = "c" * 40

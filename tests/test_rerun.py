@@ -17,9 +17,9 @@ import pytest
 import yaml
 from workflow_helpers import REPO, SNAKEMAKE, copy_run, copy_workflow, snakemake, with_own_library
 
-from batched_reasoning.io import read_json
-from batched_reasoning.plan import Plan
-from batched_reasoning.provenance import imported_modules, module_closure
+from batched_reasoning.core.io import read_json
+from batched_reasoning.workflow.plan import Plan
+from batched_reasoning.core.provenance import imported_modules, module_closure
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +90,7 @@ def edit_config(workdir, change):
 
 
 def edit_module(workdir, name, old, new):
-    module = workdir / "src/batched_reasoning" / f"{name}.py"
+    module = workdir / "src/batched_reasoning" / f"{name.replace('.', '/')}.py"
     text = module.read_text()
     assert old in text
     module.write_text(text.replace(old, new, 1))
@@ -132,15 +132,15 @@ def test_changed_pretrain_steps_retrains_from_scratch_and_reruns_downstream(work
 
 
 def test_comment_and_docstring_edits_rerun_nothing(workdir):
-    edit_module(workdir, "sampling", '"""Temperature and top-p sampling',
+    edit_module(workdir, "engine.sampling", '"""Temperature and top-p sampling',
                 '"""Temperature and nucleus (top-p) sampling')
-    edit_module(workdir, "sampling", "\n\n\ndef row_seed", "\n\n\n# a comment\ndef row_seed")
+    edit_module(workdir, "engine.sampling", "\n\n\ndef row_seed", "\n\n\n# a comment\ndef row_seed")
     assert run(workdir) == {}
 
 
 def test_sampler_code_edit_reruns_only_sampling_stages(workdir):
     before = snapshot(workdir)
-    edit_module(workdir, "sampling", "uniform[:, None] * cumulative[:, -1:]",
+    edit_module(workdir, "engine.sampling", "uniform[:, None] * cumulative[:, -1:]",
                 "cumulative[:, -1:] * uniform[:, None]")
     plan = plan_of(workdir)
     assert run(workdir) == {"self_consistency": len(plan.generation_runs("self_consistency")),
@@ -152,11 +152,11 @@ def test_sampler_code_edit_reruns_only_sampling_stages(workdir):
 
 
 def test_io_edit_reruns_everything_that_imports_it_absolutely_or_not(workdir):
-    assert "io" in imported_modules(REPO / "src/batched_reasoning/hub.py")  # absolute import
-    assert "io" in module_closure("hub")
-    edit_module(workdir, "io", "def read_jsonl(", "def read_jsonl(  # same code\n")
+    assert "core.io" in imported_modules(REPO / "src/batched_reasoning/data/hub.py")  # absolute
+    assert "core.io" in module_closure("data.hub")
+    edit_module(workdir, "core.io", "def read_jsonl(", "def read_jsonl(  # same code\n")
     assert run(workdir, "-n") == {}  # a comment only
-    edit_module(workdir, "io", "indent=2, sort_keys=True", "indent=1, sort_keys=True")
+    edit_module(workdir, "core.io", "indent=2, sort_keys=True", "indent=1, sort_keys=True")
     planned = run(workdir, "-n")
     assert {"make_arith", "build_toy_model", "pretrain", "tokenize", "evaluate", "grpo",
             "distill", "evaluate_table"} <= set(planned)

@@ -6,10 +6,10 @@ import pytest
 import torch
 from conftest import TINY, random_model
 
-from batched_reasoning import roofline
-from batched_reasoning.config import Qwen3Config
-from batched_reasoning.kv_cache import KVCache
-from batched_reasoning.roofline import (
+from batched_reasoning.bench import roofline
+from batched_reasoning.model.config import Qwen3Config
+from batched_reasoning.engine.kv_cache import KVCache
+from batched_reasoning.bench.roofline import (
     KINDS,
     MachineLimits,
     bound_seconds,
@@ -74,3 +74,16 @@ def test_the_machine_is_measured_in_bytes_and_flops_per_second(monkeypatch):
                              repeats=2)
     assert limits.read_gb_s == 64 * 2**20 / 1e9
     assert limits.matmul_gflop_s == 2 * 256**3 / 1e9
+
+
+def test_a_dtype_slower_than_float32_does_not_lower_the_machines_limit(monkeypatch):
+    """bfloat16 on a CPU without AVX512-BF16 multiplies square products far slower than
+    float32 (seconds for 2048², measured here under the AVX2 class), yet a product can always
+    run in float32: the limit is the faster of the two, and it says which."""
+    rates = {torch.bfloat16: 0.3, torch.float32: 340.0}
+    monkeypatch.setattr(roofline, "product_gflop_s", lambda device, dtype, size, repeats: rates[dtype])
+    limits = measure_machine(torch.device("cpu"), torch.bfloat16, read_mb=1, repeats=1)
+    assert (limits.matmul_gflop_s, limits.matmul_dtype) == (340.0, "float32")
+    rates[torch.bfloat16] = 1900.0  # with AMX bfloat16 is the faster
+    limits = measure_machine(torch.device("cpu"), torch.bfloat16, read_mb=1, repeats=1)
+    assert (limits.matmul_gflop_s, limits.matmul_dtype) == (1900.0, "bfloat16")

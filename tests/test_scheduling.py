@@ -2,7 +2,7 @@
 slots leave the batch. (That the whole loop generates what `sequential` does is
 tests/test_continuous.py's.)"""
 
-from batched_reasoning.scheduling import Request, SlotScheduler
+from batched_reasoning.engine.scheduling import Request, SlotScheduler
 
 
 def requests(n: int) -> list[Request]:

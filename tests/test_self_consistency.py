@@ -4,13 +4,13 @@ import pytest
 import torch
 from conftest import random_model
 
-from batched_reasoning.arith import make_arith
-from batched_reasoning.checkpoint import load_model, save_model
-from batched_reasoning.grading import extract_answer, is_correct, normalize_answer
-from batched_reasoning.io import read_jsonl, write_jsonl
-from batched_reasoning.prompts import TextTokenizer
-from batched_reasoning.sampling import counter_uniform
-from batched_reasoning.self_consistency import (
+from batched_reasoning.world.arith import make_arith
+from batched_reasoning.model.checkpoint import load_model, save_model
+from batched_reasoning.data.grading import extract_answer, is_correct, normalize_answer
+from batched_reasoning.core.io import read_jsonl, write_jsonl
+from batched_reasoning.data.prompts import TextTokenizer
+from batched_reasoning.engine.sampling import counter_uniform
+from batched_reasoning.stages.self_consistency import (
     accuracy_at_k,
     grade_problem,
     is_decided,
@@ -19,8 +19,8 @@ from batched_reasoning.self_consistency import (
     sample_answers,
     self_consistency,
 )
-from batched_reasoning.tables import plot_self_consistency, self_consistency_table
-from batched_reasoning.toy_tokenizer import train_toy_tokenizer
+from batched_reasoning.workflow.tables import plot_self_consistency, self_consistency_table
+from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
 NUM_SAMPLES = 5
 DATA = make_arith(seed=4, n_train=200, n_test=8)

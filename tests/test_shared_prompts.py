@@ -4,12 +4,11 @@ stay exactly those of prompts generated one at a time (float32, same keys and ra
 import random
 
 import pytest
-import torch
 from conftest import EOS, PAD
 
-from batched_reasoning.generation import generate, share_prompts
-from batched_reasoning.padding import batches
-from batched_reasoning.sampling import TopP
+from batched_reasoning.engine.generation import generate, share_prompts
+from batched_reasoning.engine.padding import batches
+from batched_reasoning.engine.sampling import TopP
 
 PROBLEMS = [[5, 9, 11] * 13, [7], [12, 40, 3, 3, 8, 21, 60], list(range(4, 94))]
 SAMPLES = 3

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from batched_reasoning.stats import (
+from batched_reasoning.workflow.stats import (
     bootstrap_mean_interval,
     includes_zero,
     paired_difference,

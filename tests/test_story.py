@@ -9,9 +9,9 @@ import pytest
 import yaml
 from workflow_helpers import REPO, TINY_CONFIG
 
-from batched_reasoning.stats import bootstrap_mean_interval
-from batched_reasoning.story import make_story, parse_seeds, story_table
-from batched_reasoning.tables import NO_EFFECT_MARK, markdown
+from batched_reasoning.workflow.stats import bootstrap_mean_interval
+from batched_reasoning.workflow.story import make_story, parse_seeds, story_table
+from batched_reasoning.workflow.tables import NO_EFFECT_MARK, markdown
 
 SETUP = {"model": "toy", "dataset": "arith", "device": "cpu"}
 
@@ -95,7 +95,7 @@ def test_the_story_check_runs_every_seed_on_every_cpu_class(tmp_path):
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text(yaml.safe_dump(TINY_CONFIG | {"seeds": [0]}))
     out = tmp_path / "check"
-    subprocess.run([sys.executable, "-m", "batched_reasoning.story", "--seeds", "0-1",
+    subprocess.run([sys.executable, "-m", "batched_reasoning.workflow.story", "--seeds", "0-1",
                     "--cpu-classes", "native,avx2", "--cores", "2", "--repo", str(REPO),
                     "--out", str(out), "--configfile", str(tiny)],
                    check=True, capture_output=True, text=True, timeout=1800)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from batched_reasoning.config import Qwen3Config, new_model_config
-from batched_reasoning.toy_tokenizer import (
+from batched_reasoning.model.config import Qwen3Config, new_model_config
+from batched_reasoning.world.toy_tokenizer import (
     QWEN3_ADDED_TOKENS,
     QWEN3_SPECIAL_TOKENS,
     train_toy_tokenizer,
@@ -87,7 +87,7 @@ def test_deterministic(tmp_path):
     # Another process (fresh hash seeds) with several threads gives the same bytes too.
     (tmp_path / "texts.json").write_text(json.dumps(TEXTS))
     code = (
-        "import json, sys; from batched_reasoning.toy_tokenizer import train_toy_tokenizer; "
+        "import json, sys; from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer; "
         "sys.stdout.write(train_toy_tokenizer(json.load(open(sys.argv[1])), vocab_size=350).to_str())"
     )
     env = os.environ | {"RAYON_NUM_THREADS": "4", "PYTHONHASHSEED": "123"}

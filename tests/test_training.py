@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import PAD, random_model
 
-from batched_reasoning.training import (
+from batched_reasoning.training.loop import (
     Example,
     claim_work_dir,
     collate,

@@ -1,5 +1,5 @@
 # `batch_sizes: auto`: a probe per stage, model, dataset and device measures batch sizes 1, 2,
-# 4, ... and chooses one (src/batched_reasoning/autotune.py). A checkpoint: the runs at the
+# 4, ... and chooses one (src/batched_reasoning/workflow/autotune.py). A checkpoint: the runs at the
 # chosen size, and the tables, are planned once it has run.
 
 

@@ -4,9 +4,9 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from batched_reasoning.autotune import chosen_batch_size, measured_peak_mb
-from batched_reasoning.plan import Plan, PlanError, Probe, TrainingRun
-from batched_reasoning.provenance import script_code_hash
+from batched_reasoning.workflow.autotune import chosen_batch_size, measured_peak_mb
+from batched_reasoning.workflow.plan import Plan, PlanError, Probe, TrainingRun
+from batched_reasoning.core.provenance import script_code_hash
 
 if "seed" in config:
     raise WorkflowError(

@@ -1,5 +1,5 @@
-from batched_reasoning.autotune import probe
-from batched_reasoning.io import log_to
+from batched_reasoning.workflow.autotune import probe
+from batched_reasoning.core.io import log_to
 
 w = snakemake.wildcards
 with log_to(snakemake.log[0]):

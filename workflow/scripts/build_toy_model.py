@@ -1,5 +1,5 @@
-from batched_reasoning.io import log_to
-from batched_reasoning.toy import build_toy_model
+from batched_reasoning.core.io import log_to
+from batched_reasoning.world.toy import build_toy_model
 
 with log_to(snakemake.log[0]):
     build_toy_model(

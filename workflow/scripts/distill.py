@@ -1,8 +1,8 @@
 from pathlib import Path
 
-from batched_reasoning.distill import distill
-from batched_reasoning.distributed import launch
-from batched_reasoning.io import log_to
+from batched_reasoning.stages.distill import distill
+from batched_reasoning.training.distributed import launch
+from batched_reasoning.core.io import log_to
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

@@ -1,6 +1,6 @@
-from batched_reasoning.data import import_records
-from batched_reasoning.hub import download_dataset_file
-from batched_reasoning.io import log_to
+from batched_reasoning.data.records import import_records
+from batched_reasoning.data.hub import download_dataset_file
+from batched_reasoning.core.io import log_to
 
 with log_to(snakemake.log[0]):
     raw = download_dataset_file(

@@ -1,6 +1,6 @@
-from batched_reasoning.hub import download_model
-from batched_reasoning.io import log_to
-from batched_reasoning.plan import check_shape
+from batched_reasoning.data.hub import download_model
+from batched_reasoning.core.io import log_to
+from batched_reasoning.workflow.plan import check_shape
 
 with log_to(snakemake.log[0]):
     download_model(snakemake.params.repo_id, snakemake.output.model, snakemake.params.revision)

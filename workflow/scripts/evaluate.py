@@ -1,5 +1,5 @@
-from batched_reasoning.evaluate import evaluate
-from batched_reasoning.io import log_to
+from batched_reasoning.stages.evaluate import evaluate
+from batched_reasoning.core.io import log_to
 
 with log_to(snakemake.log[0]):
     evaluate(

@@ -1,6 +1,6 @@
-from batched_reasoning.distributed import launch
-from batched_reasoning.grpo import train_grpo
-from batched_reasoning.io import log_to
+from batched_reasoning.training.distributed import launch
+from batched_reasoning.stages.grpo import train_grpo
+from batched_reasoning.core.io import log_to
 
 p = snakemake.params
 with log_to(snakemake.log[0]):

@@ -1,5 +1,5 @@
-from batched_reasoning.arith import make_arith
-from batched_reasoning.io import log_to, write_jsonl
+from batched_reasoning.world.arith import make_arith
+from batched_reasoning.core.io import log_to, write_jsonl
 
 with log_to(snakemake.log[0]):
     splits = make_arith(snakemake.params.seed, snakemake.params.n_train, snakemake.params.n_test)

@@ -1,5 +1,5 @@
-from batched_reasoning.io import log_to
-from batched_reasoning.teacher import prepare_teacher
+from batched_reasoning.core.io import log_to
+from batched_reasoning.world.teacher import prepare_teacher
 
 with log_to(snakemake.log[0]):
     prepare_teacher(

@@ -1,5 +1,5 @@
-from batched_reasoning.io import log_to
-from batched_reasoning.pretrain import pretrain
+from batched_reasoning.core.io import log_to
+from batched_reasoning.stages.pretrain import pretrain
 
 with log_to(snakemake.log[0]):
     pretrain(

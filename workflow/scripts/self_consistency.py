@@ -1,5 +1,5 @@
-from batched_reasoning.io import log_to
-from batched_reasoning.self_consistency import self_consistency
+from batched_reasoning.core.io import log_to
+from batched_reasoning.stages.self_consistency import self_consistency
 
 with log_to(snakemake.log[0]):
     self_consistency(

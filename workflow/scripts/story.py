@@ -1,5 +1,5 @@
-from batched_reasoning.io import log_to
-from batched_reasoning.story import make_story
+from batched_reasoning.core.io import log_to
+from batched_reasoning.workflow.story import make_story
 
 with log_to(snakemake.log[0]):
     make_story(dict(snakemake.input.items()), dict(snakemake.output.items()))

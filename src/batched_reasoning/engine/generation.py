@@ -1,0 +1,379 @@
+"""Sequential and batched generation with one calling convention.
+
+Strategies (the book's Appendix E, plus one):
+- `sequential`: one prompt at a time, the single-example baseline.
+- `batched`: a left-padded batch; rows that finished keep emitting the end token (as
+  placeholders) until the last row ends.
+- `batched_stop`: rows that finished leave the compute batch and the KV cache at once.
+- `continuous`: `batch_size` slots stay busy; when a row finishes, the next waiting prompt is
+  prefilled into its slot and joins the next decode step (continuous batching, without paging).
+
+Every strategy returns the same tokens for the same prompts under greedy decoding (float32);
+tests hold them to that. Bookkeeping happens on the host: each step moves the new tokens to the
+host once (`tolist`), which is also what decides who is finished.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+from ..core import calibration
+from ..core.devices import synchronize
+from ..model.kernels import PREFILL_CALL_COST
+from .kv_cache import KVCache, SlotCache
+from .padding import batches, left_pad, right_pad
+from .scheduling import Request, SlotScheduler, row_groups
+
+STRATEGIES = ("sequential", "batched", "batched_stop", "continuous")
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[list[int]]  # per prompt, in input order, without the end token
+    # Seconds from the start of a prompt's batch (continuous: of its own prefill) until its
+    # answer is done.
+    latency: list[float]
+    # The end token that ended each answer (None: cut off at max_new_tokens).
+    stop_tokens: list[int | None] = field(default_factory=list)
+    # Greedy only: each pick's top-two logit margin, the end token's pick included.
+    margins: list[list[float]] = field(default_factory=list)
+    # The most key/value storage held at once (MiB): what batching costs in cache memory.
+    kv_cache_mb: float = 0.0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    # Prompt indices of each batch (continuous: one rolling batch, in admission order).
+    batch_rows: list[list[int]] = field(default_factory=list)
+    # Prompts whose prefill ran: repeats of a prompt (self-consistency's samples, GRPO's
+    # rollouts) share one prefill.
+    prefills: int = 0
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens)
+
+
+class Greedy:
+    """Pick the most likely token; the sampler interface with no randomness to seed.
+
+    It also keeps each pick's margin, the top logit minus the runner-up: where two runs of the
+    same model disagree, a tiny margin there means rounding broke a near-tie, a large one a bug.
+    """
+
+    margins: torch.Tensor | None = None
+
+    def start(self, keys: Sequence[Sequence[int]], device) -> None:
+        pass
+
+    def __call__(self, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        top_two = logits.topk(2, dim=-1).values.float()
+        self.margins = top_two[:, 0] - top_two[:, 1]
+        # `max` picks the first of tied maxima, as `argmax` does, at a fifth of its CPU time
+        # (16 rows of Qwen3's vocabulary in bfloat16: 0.95 instead of 4.5 ms).
+        return logits.max(dim=-1).indices
+
+
+def pick(sampler, logits: torch.Tensor, rows: list[int]) -> list[tuple[int, float | None]]:
+    """The sampler's token for each row, and greedy's margin, moved to the host in one copy."""
+    tokens = sampler(logits, rows)
+    margins = getattr(sampler, "margins", None)
+    if margins is None:
+        return [(token, None) for token in tokens.tolist()]
+    pairs = torch.stack((tokens.to(torch.float64), margins.to(torch.float64)), dim=1).tolist()
+    return [(int(token), margin) for token, margin in pairs]
+
+
+def take_token(result: GenerationResult, index: int, picked: tuple[int, float | None],
+               end_tokens: frozenset[int], max_new_tokens: int) -> bool:
+    """Add a picked token to prompt `index`'s answer unless it is an end token; whether the
+    answer is now complete."""
+    token, margin = picked
+    if margin is not None:
+        result.margins[index].append(margin)
+    if token in end_tokens:
+        result.stop_tokens[index] = token
+        return True
+    result.tokens[index].append(token)
+    return len(result.tokens[index]) == max_new_tokens
+
+
+def check_prompts(model, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> None:
+    if not prompts:
+        raise ValueError("generate: no prompts given")
+    if max_new_tokens < 1:
+        raise ValueError(f"generate: max_new_tokens must be >= 1, got {max_new_tokens}")
+    limit = model.cfg.max_position_embeddings
+    for index, prompt in enumerate(prompts):
+        if len(prompt) == 0:
+            raise ValueError(f"generate: prompt {index} is empty")
+        if len(prompt) + max_new_tokens > limit:
+            raise ValueError(
+                f"generate: prompt {index} has {len(prompt)} tokens; with max_new_tokens="
+                f"{max_new_tokens} it exceeds the model's context of {limit} positions"
+            )
+
+
+def share_prompts(prompts: Sequence[Sequence[int]], rows: Sequence[int]) -> tuple[list[int], list[int]]:
+    """A batch's `rows` in prefill order: one row of every distinct prompt first, shortest first
+    (similar lengths prefill together), then the rows that repeat one of them; and for each
+    position, the position of the row whose prefill it shares (its own, for the first ones)."""
+    first_of: dict[tuple[int, ...], int] = {}
+    distinct, repeats = [], []
+    for row in sorted(rows, key=lambda r: len(prompts[r])):
+        key = tuple(prompts[row])
+        if key in first_of:
+            repeats.append(row)
+        else:
+            first_of[key] = len(distinct)
+            distinct.append(row)
+    sources = list(range(len(distinct))) + [first_of[tuple(prompts[r])] for r in repeats]
+    return distinct + repeats, sources
+
+
+def prefill_call_cost(model) -> int:
+    """What one more prefill call costs, in prompt tokens: timed on this CPU (a call of 1 and
+    of 65 tokens) for the model's shape, dtype and packing, once per machine (`calibration`);
+    `kernels.PREFILL_CALL_COST` off the CPU."""
+    if model.device.type != "cpu":
+        return PREFILL_CALL_COST[model.dtype]
+    cfg = model.cfg
+    name = (f"prefill_call/{str(model.dtype).removeprefix('torch.')}/"
+            f"{'packed' if model.packed else 'plain'}/{cfg.num_hidden_layers}x{cfg.hidden_size}x"
+            f"{cfg.intermediate_size}x{cfg.vocab_size}")
+
+    def prefill(tokens: int) -> None:
+        ids = torch.zeros(1, tokens, dtype=torch.long)
+        with torch.inference_mode():
+            model(ids, torch.ones_like(ids, dtype=torch.bool),
+                  cache=KVCache.for_model(model, 1, tokens), last_only=True)
+
+    return calibration.call_cost(name, prefill, 1, 65)
+
+
+def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token_id: int) -> torch.Tensor:
+    """Prefill `prompts` (ascending length) into the first rows of `cache`, left-padded;
+    last-position logits per row. Rows of very different lengths prefill in separate calls
+    (`scheduling.row_groups`), each padded only to its own longest prompt, so a batch of one long
+    and many short prompts does not compute the short rows' padding; attention then sees the
+    cache one left-padded prefill would leave."""
+    lengths = [len(p) for p in prompts]
+    logits = []
+    for first, stop in row_groups(lengths, prefill_call_cost(model)):
+        input_ids, attention_mask = left_pad(prompts[first:stop], pad_token_id, model.device)
+        view = cache.rows_from(first, stop, lengths[-1] - input_ids.shape[1])
+        logits.append(model(input_ids, attention_mask, cache=view, last_only=True)[:, -1])
+    cache.prefilled(lengths)
+    return torch.cat(logits) if len(logits) > 1 else logits[0]
+
+
+@torch.inference_mode()
+def generate_batch(
+    model,
+    prompts: Sequence[Sequence[int]],
+    rows: Sequence[int],
+    max_new_tokens: int,
+    end_tokens: tuple[int, ...],
+    pad_token_id: int,
+    sampler,
+    drop_finished: bool,
+    result: GenerationResult,
+) -> None:
+    """Generate for one batch; write tokens and latencies of prompt indices `rows` into `result`.
+
+    Rows that repeat a prompt share its prefill: it runs once, and its keys/values are copied
+    into each repeat's row. Finished rows that stay in the batch (`batched`) are fed the first
+    end token as a placeholder; their outputs are never read.
+    """
+    ends = frozenset(end_tokens)
+    device = model.device
+    prefill_call_cost(model)  # timed once per machine, before this call's clock starts
+    start = time.perf_counter()
+    rows, sources = share_prompts(prompts, rows)
+    distinct = max(sources) + 1
+    width = max(len(prompts[r]) for r in rows)
+    cache = KVCache.for_model(model, len(rows), width + max_new_tokens)
+    result.kv_cache_mb = max(result.kv_cache_mb, cache.megabytes)
+    logits = prefill_batch(model, cache, [prompts[r] for r in rows[:distinct]], pad_token_id)
+    if distinct < len(rows):
+        cache.share_rows(sources)
+        logits = logits[sources]
+    result.prefills += distinct
+    synchronize(device)
+    prefill_end = time.perf_counter()
+    result.prefill_seconds += prefill_end - start
+
+    outputs = [result.tokens[r] for r in rows]
+    done = [False] * len(rows)
+    in_batch = list(range(len(rows)))  # batch positions in the compute batch, in cache order
+    while True:
+        live = [j for j, b in enumerate(in_batch) if not done[b]]
+        live_logits = logits if len(live) == len(in_batch) else logits[live]
+        picked = pick(sampler, live_logits, [rows[in_batch[j]] for j in live])
+        now = time.perf_counter()
+        for j, token in zip(live, picked):
+            b = in_batch[j]
+            done[b] = take_token(result, rows[b], token, ends, max_new_tokens)
+            if done[b]:
+                result.latency[rows[b]] = now - start
+        if all(done):
+            break
+        if drop_finished:
+            keep = [j for j, b in enumerate(in_batch) if not done[b]]
+            if len(keep) < len(in_batch):
+                cache.keep_rows(keep)
+                in_batch = [in_batch[j] for j in keep]
+        next_ids = [end_tokens[0] if done[b] else outputs[b][-1] for b in in_batch]
+        next_ids = torch.tensor(next_ids, device=device)[:, None]
+        step_mask = torch.ones_like(next_ids, dtype=torch.bool)
+        logits = model(next_ids, step_mask, cache=cache)[:, -1]
+    synchronize(device)
+    result.decode_seconds += time.perf_counter() - prefill_end
+
+
+def prefill_slots(model, cache: SlotCache, entering: dict[int, Request],
+                  held: dict[tuple[int, ...], int], pad_token_id: int) -> int:
+    """Prefill the entering requests' prefixes straight into their slots, together
+    (right-padded, split by length as in `prefill_batch`, no vocabulary projection); a prefix
+    that a slot already holds (`held`: prefix -> slot), or that another entering request
+    brings, is copied from that slot instead. Returns how many prefills ran."""
+    to_fill = {}  # prefix -> the entering slot it is prefilled into
+    for row, request in entering.items():
+        if request.prefix and request.prefix not in held:
+            to_fill.setdefault(request.prefix, row)
+    rows = sorted(to_fill.values(), key=lambda r: len(entering[r].prompt))
+    lengths = [len(entering[r].prefix) for r in rows]
+    for first, stop in row_groups(lengths, prefill_call_cost(model)):
+        input_ids, attention_mask = right_pad(
+            [entering[r].prefix for r in rows[first:stop]], pad_token_id, model.device)
+        model.hidden_states(input_ids, attention_mask, cache=cache.prefill(rows[first:stop]))
+    for row, request in entering.items():
+        source = held.get(request.prefix, to_fill.get(request.prefix, row))
+        cache.set_prefix(row, len(request.prefix), None if source == row else source)
+    return len(rows)
+
+
+@torch.inference_mode()
+def generate_continuous(
+    model,
+    prompts: Sequence[Sequence[int]],
+    order: Sequence[int],
+    batch_size: int,
+    max_new_tokens: int,
+    end_tokens: tuple[int, ...],
+    pad_token_id: int,
+    sampler,
+    result: GenerationResult,
+    bar: tqdm,
+) -> None:
+    """Continuous batching over `batch_size` slots; write tokens and latencies into `result`.
+
+    The scheduler (`SlotScheduler`) decides which request holds which slot; this loop runs
+    the model and the sampler for it. Each step decodes one token for every slot together and
+    samples them with one host sync. When requests finish, waiting ones take their slots before
+    the next step (`prefill_slots`); each slot has its own length (`SlotCache`). A prompt's
+    last token is its request's input to the next decode step, whose logits give the first
+    new token. A prompt's latency runs from the start of its prefill.
+    """
+    device = model.device
+    ends = frozenset(end_tokens)
+    capacity = max(len(p) for p in prompts) + max_new_tokens
+    scheduler = SlotScheduler([Request(index, tuple(prompts[index])) for index in order],
+                              batch_size)
+    prefill_call_cost(model)  # timed once per machine, before this call's clock starts
+    cache = SlotCache.for_model(model, len(scheduler.slots), capacity)  # times attention
+    call_start = time.perf_counter()
+    prefill_seconds = 0.0
+    result.kv_cache_mb = cache.megabytes
+
+    while scheduler.slots:
+        if scheduler.has_free_slot():
+            synchronize(device)
+            prefill_start = time.perf_counter()
+            held = {request.prefix: row for row, request in enumerate(scheduler.slots)
+                    if request is not None}
+            entering = scheduler.admit(prefill_start)
+            result.prefills += prefill_slots(model, cache, entering, held, pad_token_id)
+            synchronize(device)
+            prefill_seconds += time.perf_counter() - prefill_start
+
+        step_ids = torch.tensor([r.next_input for r in scheduler.slots], device=device)[:, None]
+        logits = model(step_ids, torch.ones_like(step_ids, dtype=torch.bool), cache=cache)[:, -1]
+        picked = pick(sampler, logits, [request.index for request in scheduler.slots])
+        now = time.perf_counter()
+        for row, (request, token) in enumerate(zip(scheduler.slots, picked)):
+            request.next_input = token[0]
+            if take_token(result, request.index, token, ends, max_new_tokens):
+                result.latency[request.index] = now - request.admitted_at
+                scheduler.release(row)
+                bar.update(1)
+
+        keep = scheduler.rows_to_keep()
+        if keep is not None:
+            if keep:
+                cache.keep_rows(keep)
+            scheduler.keep(keep)
+    synchronize(device)
+    result.prefill_seconds += prefill_seconds
+    result.decode_seconds += time.perf_counter() - call_start - prefill_seconds
+
+
+def generate(
+    model,
+    prompts: Sequence[Sequence[int]],
+    *,
+    strategy: str,
+    batch_size: int,
+    max_new_tokens: int,
+    eos_token_id: int | Sequence[int] | None,
+    pad_token_id: int,
+    sampler=None,
+    keys: Sequence[Sequence[int]] | None = None,
+    order: Sequence[int] | None = None,
+    progress: bool = False,
+) -> GenerationResult:
+    """Generate a continuation for each prompt (token lists in, token lists out, input order).
+
+    `eos_token_id` is the end token, or all of them where a checkpoint declares several (an
+    answer ends at whichever comes first); `None` disables stopping (every row runs
+    `max_new_tokens`, as in benchmarks).
+    `keys` name each prompt for the sampler's per-row random streams (default: its index);
+    `order` is the order prompts are batched (continuous: admitted) in (e.g. sorted by length;
+    default: input order).
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
+    check_prompts(model, prompts, max_new_tokens)
+    sampler = sampler or Greedy()
+    sampler.start(keys or [(i,) for i in range(len(prompts))], model.device)
+    order = list(order) if order is not None else list(range(len(prompts)))
+    if sorted(order) != list(range(len(prompts))):
+        raise ValueError("generate: `order` must be a permutation of the prompt indices")
+    if batch_size < 1:
+        raise ValueError(f"generate: batch_size must be >= 1, got {batch_size}")
+    if strategy == "sequential":
+        batch_size = 1
+    end_tokens = (() if eos_token_id is None
+                  else (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id))
+    result = GenerationResult(tokens=[[] for _ in prompts], latency=[0.0] * len(prompts),
+                              stop_tokens=[None] * len(prompts), margins=[[] for _ in prompts])
+    with tqdm(total=len(prompts), desc=f"{strategy} bs={batch_size}", disable=not progress,
+              mininterval=5) as bar:
+        if strategy == "continuous":
+            generate_continuous(
+                model, prompts, order, batch_size, max_new_tokens, end_tokens, pad_token_id,
+                sampler, result, bar,
+            )
+            result.batch_rows.append(order)
+            return result
+        for rows in batches(order, batch_size):
+            generate_batch(
+                model, prompts, rows, max_new_tokens, end_tokens, pad_token_id, sampler,
+                drop_finished=strategy == "batched_stop", result=result,
+            )
+            result.batch_rows.append(rows)
+            bar.update(len(rows))
+    return result

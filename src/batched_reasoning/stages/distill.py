@@ -1,0 +1,245 @@
+"""Stage `distill` (the book's chapter 8): fine-tune a student on a teacher's reasoning traces.
+
+The book trains one example at a time. Here a step's `examples_per_step` examples are
+processed `batch_size` at a time (left-padded, loss on answer tokens only, averaged per
+example), and their gradients accumulate into one update of the step's mean loss. So every
+batch size, like every number of ranks (`distributed`: the step's examples are split among
+them and the ranks average gradients), trains the same student: only the time differs, which is
+what the sweep measures. Each epoch's steps follow from (seed, epoch) alone, and training
+state is checkpointed, so a killed job resumes exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..training import distributed
+from ..model.checkpoint import save_model
+from ..core.io import atomic_path, write_json
+from ..core.memory import PeakMemory
+from ..engine.padding import batches, length_sorted, pad_fraction
+from ..core.plots import moving_average, save_figure, subplots
+from ..data.prompts import TextTokenizer, format_prompt
+from ..core.provenance import run_info
+from ..world.teacher import load_teacher_rows
+from ..training.loop import (
+    Example,
+    collate,
+    epoch_batches,
+    finish_run,
+    masked_nll,
+    run_identity,
+    settings_of,
+    train_loop,
+)
+
+# --- Examples and batches -------------------------------------------------------------------
+
+def answer_text(row: dict, use_think_tokens: bool) -> str:
+    """The book's layout: `<think>thinking</think>\\n\\ncontent` (without the tags if asked)."""
+    thinking, content = row["message_thinking"].strip(), row["message_content"].strip()
+    return f"<think>{thinking}</think>\n\n{content}" if use_think_tokens else f"{thinking}\n\n{content}"
+
+
+def build_example(row: dict, tokenizer: TextTokenizer, prompt_style: str, use_think_tokens: bool) -> Example:
+    prompt = tokenizer.encode(format_prompt(row["problem"], prompt_style))
+    answer = tokenizer.encode(answer_text(row, use_think_tokens))
+    return Example(prompt + answer + [tokenizer.eos_token_id], len(prompt))
+
+
+def micro_batches(step: list[int], batch_size: int, world_size: int, rank: int) -> list[list[int]]:
+    """What `rank` pads and runs together of a step's examples: its share of the step
+    (`distributed.share`), `batch_size` at a time."""
+    return batches(distributed.share(step, rank, world_size), batch_size)
+
+
+@torch.no_grad()
+def mean_loss(model, examples: list[Example], batch_size: int, pad_token_id: int) -> float:
+    """Mean per-example answer loss; batched by length, which does not change the value. With
+    several ranks each scores its share (no rank waits on another's long evaluation)."""
+    total = 0.0
+    order = length_sorted([len(e.ids) for e in examples])
+    for group in batches(distributed.shard(order), batch_size):
+        batch = collate([examples[i] for i in group], pad_token_id, model.device)
+        total += masked_nll(model, *batch).item() * len(group)
+    (total,) = distributed.all_reduce([total])
+    return total / len(examples)
+
+
+def split_validation(examples: list[Example], size: int, seed: int) -> tuple[list, list]:
+    """(train, validation): a seeded random `size` examples are held out."""
+    if size >= len(examples):
+        raise ValueError(f"validation_size {size} leaves no training data ({len(examples)} examples)")
+    held_out = set(np.random.default_rng([seed, 2**31]).permutation(len(examples))[:size].tolist())
+    train = [e for i, e in enumerate(examples) if i not in held_out]
+    return train, [e for i, e in enumerate(examples) if i in held_out]
+
+
+# --- Training -------------------------------------------------------------------------------
+
+def train_step(model, optimizer, examples: list[Example], step_examples: int, batch_size: int,
+               pad_token_id: int, grad_clip: float | None, device) -> tuple[float, int, int]:
+    """One AdamW step on this rank's `examples` of a step of `step_examples` over all ranks,
+    run `batch_size` at a time.
+
+    Each micro-batch's mean loss is scaled by its share of the step (times the world size, which
+    the ranks' average undoes), so the gradients add up to those of the step's mean per-example loss
+    whatever the batch size and the split among ranks (world size 1, one batch: the scale is
+    exactly 1). Ranks average their gradients once, after their last micro-batch; a rank left
+    without examples by a short last step adds zeros.
+    Returns this rank's (summed example losses, real tokens, padded cells).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    loss_sum, tokens, cells = 0.0, 0, 0
+    for part in batches(examples, batch_size):
+        scale = len(part) / step_examples * distributed.world_size()
+        input_ids, attention_mask, loss_mask = collate(part, pad_token_id, device)
+        mean = masked_nll(model, input_ids, attention_mask, loss_mask)
+        (mean * scale).backward()
+        loss_sum += mean.item() * len(part)
+        tokens += int(attention_mask.sum())
+        cells += attention_mask.numel()
+    distributed.average_gradients(model)
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss_sum, tokens, cells
+
+
+def distill(
+    model_dir: str, teacher_path: str, out_dir: str, work_dir: str, log_csv: str,
+    metrics_json: str, curve_png: str, *,
+    prompt_style: str, batch_size: int, examples_per_step: int, device: str, dtype: str,
+    epochs: int, lr: float,
+    max_seq_len: int, validation_size: int, max_examples: int | None, use_think_tokens: bool,
+    sort_by_length: bool, grad_clip: float | None, seed: int, log_every: int,
+    checkpoint_every: int, threads: int, params: dict, labels: dict,
+) -> dict | None:
+    """Train the student; write it to `out_dir` with its log, loss curve and metrics.
+
+    `work_dir` holds the resumable checkpoint, resumed only if the same run wrote it, and is
+    removed once the outputs are written. In a multi-rank run rank 0 writes everything and
+    returns the metrics; the others return None.
+    """
+    identity = run_identity(__name__, settings_of(distill, locals()), [teacher_path], model_dir)
+    torch_device = distributed.device(device)
+    torch.set_num_threads(distributed.threads_per_rank(threads))
+    rows, report = load_teacher_rows(teacher_path)
+    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
+    examples = [build_example(r, tokenizer, prompt_style, use_think_tokens) for r in rows]
+    kept = [e for e in examples if len(e.ids) <= max_seq_len]
+    n_too_long = len(examples) - len(kept)
+    if n_too_long:
+        print(f"dropped {n_too_long} of {len(examples)} examples longer than {max_seq_len} tokens",
+              flush=True)
+    train, validation = split_validation(kept, validation_size, seed)
+    train = train[:max_examples]
+    lengths = [len(e.ids) for e in train]
+    world_size = distributed.world_size()
+    if world_size > examples_per_step:
+        raise ValueError(f"world size {world_size} exceeds distill.examples_per_step "
+                         f"({examples_per_step}): ranks would idle")
+    steps_per_epoch = math.ceil(len(train) / examples_per_step)
+    total_steps = epochs * steps_per_epoch
+    epoch_groups = {}
+
+    def validate(model) -> float:
+        return mean_loss(model, validation, batch_size, tokenizer.pad_token_id)
+
+    def take_step(model, optimizer, step: int) -> dict:
+        epoch, offset = divmod(step, steps_per_epoch)
+        if epoch not in epoch_groups:
+            epoch_groups.clear()
+            epoch_groups[epoch] = epoch_batches(lengths, examples_per_step, seed, epoch,
+                                                sort_by_length)
+        group = epoch_groups[epoch][offset]
+        with PeakMemory(torch_device) as memory:
+            tick = time.perf_counter()
+            loss_sum, tokens, cells = train_step(
+                model, optimizer, [train[i] for i in distributed.shard(group)], len(group),
+                batch_size, tokenizer.pad_token_id, grad_clip, torch_device)
+        seconds = time.perf_counter() - tick
+        loss_sum, tokens, cells = distributed.all_reduce([loss_sum, tokens, cells])
+        seconds, peak_mb = distributed.all_reduce([seconds, memory.peak_mb], op="max")
+        row = {"epoch": epoch + 1, "step": step + 1, "train_loss": loss_sum / len(group),
+               "val_loss": math.nan, "tokens_per_sec": tokens / seconds,
+               "pad_fraction": 1 - tokens / cells, "peak_mem_mb": peak_mb, "tokens": int(tokens),
+               "examples": len(group), "step_seconds": seconds}
+        if (step + 1) % log_every == 0 or step + 1 == total_steps:
+            row["val_loss"] = validate(model)
+        if distributed.is_main() and not math.isnan(row["val_loss"]):
+            print(f"epoch {epoch + 1}/{epochs} step {step + 1}/{total_steps} "
+                  f"train_loss {row['train_loss']:.4f} val_loss {row['val_loss']:.4f} "
+                  f"{row['tokens_per_sec']:.0f} tokens/s", flush=True)
+        return row
+
+    trained = train_loop(
+        identity=identity, start_dir=model_dir, work_dir=work_dir, device=torch_device,
+        dtype=dtype, seed=seed, steps=total_steps, checkpoint_every=checkpoint_every,
+        make_optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=lr),
+        first_rows=lambda model: [{"epoch": 0, "step": 0, "train_loss": math.nan,
+                                   "val_loss": validate(model)}],
+        take_step=take_step)
+    if not distributed.is_main():
+        return None
+
+    save_model(trained.model, out_dir, source=model_dir)
+    frame = pd.DataFrame(trained.rows)
+    with atomic_path(log_csv) as tmp:
+        frame.to_csv(tmp, index=False)
+    plot_curve(frame, curve_png, f"Distillation: {labels.get('model')} on {labels.get('dataset')} "
+                                 f"teacher traces, batch size {batch_size} on {world_size} rank(s)")
+    steps = frame[frame["step"] > 0]
+
+    def epochs_padding(sort: bool) -> float:
+        """Padding of every micro-batch of every rank over the run."""
+        return pad_fraction([
+            [lengths[i] for i in part] for epoch in range(epochs)
+            for step in epoch_batches(lengths, examples_per_step, seed, epoch, sort)
+            for rank in range(world_size)
+            for part in micro_batches(step, batch_size, world_size, rank)])
+
+    metrics = labels | {
+        "batch_size": batch_size, "examples_per_step": examples_per_step,
+        "world_size": world_size, "dtype": dtype, "epochs": epochs, "steps": total_steps,
+        "n_teacher_rows": report["n_rows"], "n_malformed": report["n_malformed"],
+        "malformed": report["malformed"], "n_too_long": n_too_long,
+        "n_train": len(train), "n_validation": len(validation),
+        "train_seconds": float(steps["step_seconds"].sum()),
+        "wall_seconds_this_run": trained.seconds,
+        "train_tokens": int(steps["tokens"].sum()),
+        "tokens_per_second": float(steps["tokens"].sum() / steps["step_seconds"].sum()),
+        "pad_fraction": epochs_padding(sort_by_length),
+        "pad_fraction_unsorted": epochs_padding(False),
+        "peak_memory_mb": float(steps["peak_mem_mb"].max()),
+        "initial_val_loss": float(frame["val_loss"].iloc[0]),
+        "final_val_loss": float(frame["val_loss"].iloc[-1]),
+        "resumed_from_step": trained.resumed_from,
+        "sort_by_length": sort_by_length, "use_think_tokens": use_think_tokens,
+    } | run_info(params, torch_device, __name__)
+    write_json(metrics, metrics_json)
+    finish_run(work_dir)
+    return metrics
+
+
+def plot_curve(log: pd.DataFrame, png: str, title: str) -> None:
+    """One run: training loss per step (and its moving average), validation loss, epoch bounds."""
+    steps, val = log[log["step"] > 0], log.dropna(subset=["val_loss"])
+    fig, ax = subplots(figsize=(7, 4))
+    ax.plot(steps["step"], steps["train_loss"], alpha=0.3, label="train loss")
+    ax.plot(steps["step"], moving_average(steps["train_loss"], 20),
+            label="train loss, moving average (20)")
+    ax.plot(val["step"], val["val_loss"], "o-", label="validation loss")
+    for end in steps.groupby("epoch")["step"].max().iloc[:-1]:
+        ax.axvline(end, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("step (dotted: epoch end)")
+    ax.set_ylabel("answer-token cross-entropy (nats)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.suptitle(title, fontsize=10)
+    save_figure(fig, png)

@@ -1,0 +1,219 @@
+"""Stage `self_consistency` (book chapter 4, Appendix E.5): sample many answers, majority vote.
+
+Every (problem, sample) pair is one prompt for `generate`, so a batch holds samples of several
+problems at once. A sample's random stream is keyed by (seed, problem, sample) alone, so the same
+answers come out whatever the batch size or strategy.
+
+Early stop ends a problem once one answer holds a strict majority of `num_samples`, which no later
+sample can overturn. Generation then runs in rounds: first the `num_samples // 2 + 1` samples
+every problem needs before any answer can hold such a majority, then one more sample per still
+undecided problem per round. A decided problem's remaining samples never enter a batch, the
+samples that do run are the same as without early stop, and each problem uses exactly as many
+samples as one-at-a-time sampling would, whatever the batch size. Late rounds hold at most one
+sample per undecided problem, so their batches can be smaller than `batch_size`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..model.checkpoint import load_model
+from ..core.devices import resolve_device
+from ..engine.generation import Greedy, generate
+from ..data.grading import extract_answer, is_correct, normalize_answer
+from ..core.io import read_jsonl, write_json, write_jsonl
+from ..core.memory import PeakMemory
+from ..data.prompts import TextTokenizer, format_prompt
+from ..core.provenance import run_info
+from ..engine.sampling import TopP
+
+
+@dataclass
+class Vote:
+    winner: str | None  # normalised answer with the most votes (None: no sample had an answer)
+    answer: str | None  # the winner as the first sample that voted for it wrote it
+    counts: dict[str, int]  # votes per normalised answer, in order of first appearance
+
+
+def majority_vote(answers: list[str | None]) -> Vote:
+    """Vote on normalised answers; samples without an answer abstain; ties go to the earliest."""
+    counts: dict[str, int] = {}
+    first: dict[str, str] = {}
+    for answer in answers:
+        key = normalize_answer(answer)
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+            first.setdefault(key, answer)
+    if not counts:
+        return Vote(None, None, {})
+    winner = max(counts, key=counts.get)  # first maximum in insertion (= appearance) order
+    return Vote(winner, first[winner], counts)
+
+
+def is_decided(answers: list[str | None], num_samples: int) -> bool:
+    """Whether one answer already holds a strict majority of all `num_samples` samples."""
+    counts = majority_vote(answers).counts
+    return bool(counts) and 2 * max(counts.values()) > num_samples
+
+
+def sampling_rounds(num_samples: int, early_stop: bool) -> list[range]:
+    """Sample indices generated per round (see the module docstring)."""
+    if not early_stop:
+        return [range(num_samples)]
+    first = num_samples // 2 + 1
+    return [range(first)] + [range(s, s + 1) for s in range(first, num_samples)]
+
+
+def make_sampler(temperature: float, top_p: float, seed: int):
+    """Top-p sampling, or greedy decoding at temperature 0 (every sample then agrees)."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    return Greedy() if temperature == 0 else TopP(temperature, top_p, seed)
+
+
+@dataclass
+class Samples:
+    texts: list[list[str]]  # per problem, its samples in sample order (a prefix if stopped early)
+    generated_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    batches: int = 0
+    prefills: int = 0  # prompts prefilled: a batch's samples of one problem share one prefill
+    rounds: list[int] = field(default_factory=list)  # samples generated in each round
+    kv_cache_mb: float = 0.0
+
+
+def sample_answers(
+    model, tokenizer: TextTokenizer, prompts: list[list[int]], *,
+    num_samples: int, strategy: str, batch_size: int, max_new_tokens: int, sampler,
+    early_stop: bool, progress: bool = False,
+) -> Samples:
+    """Generate `num_samples` answers per prompt, batching (problem, sample) pairs together."""
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    samples = Samples(texts=[[] for _ in prompts])
+    for sample_indices in sampling_rounds(num_samples, early_stop):
+        undecided = [
+            p for p, texts in enumerate(samples.texts)
+            if not (early_stop and is_decided([extract_answer(t) for t in texts], num_samples))
+        ]
+        pairs = [(p, s) for p in undecided for s in sample_indices]
+        if not pairs:
+            break
+        result = generate(
+            model, [prompts[p] for p, _ in pairs], strategy=strategy, batch_size=batch_size,
+            max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
+            pad_token_id=tokenizer.pad_token_id, sampler=sampler, keys=pairs, progress=progress,
+        )
+        for (p, _), tokens in zip(pairs, result.tokens):
+            samples.texts[p].append(tokenizer.decode(tokens))
+        samples.generated_tokens += result.generated_tokens
+        samples.prefill_seconds += result.prefill_seconds
+        samples.decode_seconds += result.decode_seconds
+        samples.batches += len(result.batch_rows)
+        samples.prefills += result.prefills
+        samples.kv_cache_mb = max(samples.kv_cache_mb, result.kv_cache_mb)
+        samples.rounds.append(len(pairs))
+    return samples
+
+
+def grade_problem(index: int, record: dict, texts: list[str]) -> dict:
+    """One output record: every sample, the vote, and whether the vote and sample 1 are right."""
+    answers = [extract_answer(t) for t in texts]
+    vote = majority_vote(answers)
+    return {
+        "index": index, "problem": record["problem"], "gtruth_answer": record["answer"],
+        "level": record.get("level"),
+        "samples": [{"text": t, "extracted": a} for t, a in zip(texts, answers)],
+        "votes": vote.counts, "winner": vote.winner, "winner_answer": vote.answer,
+        "correct": is_correct(vote.answer, record["answer"]),
+        "first_sample_correct": is_correct(answers[0], record["answer"]),
+        "samples_used": len(texts),
+    }
+
+
+def agreement(output: dict) -> float:
+    """Share of a problem's samples that voted for the winner (0 when nobody answered)."""
+    if output["winner"] is None:
+        return 0.0
+    return output["votes"][output["winner"]] / output["samples_used"]
+
+
+def self_consistency(
+    model_dir: str, records_path: str, out_records: str, out_metrics: str, *,
+    strategy: str, batch_size: int, device: str, dtype: str, num_samples: int,
+    temperature: float, top_p: float, max_new_tokens: int, prompt_style: str, prompt_suffix: str,
+    seed: int, early_stop: bool, limit: int | None, threads: int, params: dict, labels: dict,
+) -> dict:
+    """Sample, vote and grade every problem; write one record per problem plus run metrics."""
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    sampler = make_sampler(temperature, top_p, seed)
+    torch_device = resolve_device(device)  # fail before any work
+    torch.set_num_threads(threads)
+    records = read_jsonl(records_path)[:limit]
+    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
+    prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style, prompt_suffix))
+               for r in records]
+    model = load_model(model_dir, dtype=dtype, device=torch_device)
+    model.pack_for_inference(batch_size)
+    with PeakMemory(torch_device) as memory:
+        start = time.perf_counter()
+        samples = sample_answers(
+            model, tokenizer, prompts, num_samples=num_samples, strategy=strategy,
+            batch_size=batch_size, max_new_tokens=max_new_tokens, sampler=sampler,
+            early_stop=early_stop, progress=True,
+        )
+        wall = time.perf_counter() - start
+    outputs = [grade_problem(i, r, t) for i, (r, t) in enumerate(zip(records, samples.texts))]
+    write_jsonl(outputs, out_records)
+    used = sum(o["samples_used"] for o in outputs)
+    metrics = labels | {
+        "n_problems": len(outputs),
+        "num_samples": num_samples,
+        "accuracy": float(np.mean([o["correct"] for o in outputs])),
+        "first_sample_accuracy": float(np.mean([o["first_sample_correct"] for o in outputs])),
+        "mean_agreement": float(np.mean([agreement(o) for o in outputs])),
+        "accuracy_at_k": accuracy_at_k(outputs, num_samples),
+        "samples_used": used,
+        "samples_saved": num_samples * len(outputs) - used,
+        "early_stop": early_stop,
+        "rounds": samples.rounds,
+        "batches": samples.batches,
+        "prefills": samples.prefills,
+        "wall_seconds": wall,
+        "prefill_seconds": samples.prefill_seconds,
+        "decode_seconds": samples.decode_seconds,
+        "generated_tokens": samples.generated_tokens,
+        "tokens_per_second": samples.generated_tokens / wall,
+        "peak_memory_mb": memory.peak_mb,
+        "memory_measure": memory.measure,
+        "kv_cache_mb": samples.kv_cache_mb,
+        "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
+        "end_token_ids": list(tokenizer.end_token_ids),
+    } | run_info(params, torch_device, __name__)
+    write_json(metrics, out_metrics)
+    return metrics
+
+
+def accuracy_at_k(outputs: list[dict], num_samples: int) -> list[float]:
+    """Vote accuracy over the first k samples, k = 1..num_samples, from a run's records.
+
+    A problem stopped early has fewer samples; past them its vote stays the recorded (final) one.
+    """
+    accuracy = []
+    for k in range(1, num_samples + 1):
+        correct = []
+        for o in outputs:
+            vote = majority_vote([s["extracted"] for s in o["samples"][:k]])
+            correct.append(is_correct(vote.answer, o["gtruth_answer"]))
+        accuracy.append(float(np.mean(correct)))
+    return accuracy

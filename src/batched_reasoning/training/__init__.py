@@ -1,0 +1,1 @@
+"""The one training loop, its run identity and checkpoints; torchrun ranks."""

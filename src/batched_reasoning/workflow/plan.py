@@ -1,0 +1,395 @@
+"""The plan of a workflow run, from its validated config alone: which runs each stage makes,
+which the memory budget leaves out and why, what each job asks a scheduler for, and how
+distilled students are named. A batch size `auto` is the one its probe chose (`autotune`): the
+plan asks for it through `choice`, which the workflow answers once the probe has run.
+
+`workflow/rules/common.smk` only wires this into rules, so the planning is unit-tested like
+the rest of the library. A model's shape is known before anything is downloaded: the toy's
+from the config, a local model's from its `config.json`, a hub model's from the `shape` its
+catalogue entry declares (checked against the download).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..model.config import QWEN3_SHAPES, Qwen3Config
+from ..model.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb, predict_training_mb
+from ..world.toy_tokenizer import QWEN3_SPECIAL_TOKENS
+
+GENERATION_STAGES = ("evaluate", "self_consistency")
+TRAINING_STAGES = ("grpo", "distill")
+# Prompt length the memory requests and the budget allow for (MATH-500 prompts are shorter).
+PROMPT_TOKENS = 512
+# Headroom of a job's memory request over the memory model's prediction, times its attempt.
+REQUEST_HEADROOM = 1.5
+
+
+class PlanError(ValueError):
+    """A config that cannot be planned; the message names the key and how to fix it."""
+
+
+def seed_dir(seed: int) -> str:
+    """Where one seed's replicate of the experiment writes (every seed-dependent output)."""
+    return f"results/seed{seed}"
+
+
+@dataclass(frozen=True)
+class GenerationRun:
+    """One run of a generation stage (evaluation or self-consistency)."""
+
+    seed: int
+    model: str
+    dataset: str
+    strategy: str
+    batch_size: int
+    device: str
+
+    def path(self, stage: str, name: str) -> str:
+        return (f"{seed_dir(self.seed)}/{stage}/{self.model}/{self.dataset}/{self.strategy}/"
+                f"bs{self.batch_size}/{self.device}/{name}")
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """One run of a training stage (GRPO has a rollout strategy, distillation none)."""
+
+    seed: int
+    model: str
+    dataset: str
+    batch_size: int
+    device: str
+    world_size: int
+    strategy: str | None = None
+
+    def path(self, stage: str, name: str) -> str:
+        strategy = f"{self.strategy}/" if self.strategy else ""
+        return (f"{seed_dir(self.seed)}/{stage}/{self.model}/{self.dataset}/{strategy}"
+                f"bs{self.batch_size}/{self.device}/ws{self.world_size}/{name}")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The batch-size probe of one stage for one model, dataset and device (`auto`)."""
+
+    seed: int
+    stage: str
+    model: str
+    dataset: str
+    device: str
+
+    def path(self) -> str:
+        return (f"results/autotune/seed{self.seed}/{self.stage}/{self.model}/{self.dataset}/"
+                f"{self.device}.json")
+
+    def wildcards(self) -> dict[str, str]:
+        return {"seed": str(self.seed), "stage": self.stage, "model": self.model,
+                "dataset": self.dataset, "device": self.device}
+
+
+STUDENT = re.compile(
+    r"(?P<base>.+)-distilled-bs(?P<batch_size>\d+)-(?P<device>cpu|cuda|mps)(?:-ws(?P<world_size>\d+))?"
+)
+
+
+def paths(runs, stage: str, name: str) -> list[str]:
+    return [run.path(stage, name) for run in runs]
+
+
+def student_name(model: str, batch_size, device: str, world_size=1) -> str:
+    """The model name a distilled student is evaluated under (`-wsN` only for N > 1 ranks)."""
+    ranks = f"-ws{world_size}" if int(world_size) > 1 else ""
+    return f"{model}-distilled-bs{batch_size}-{device}{ranks}"
+
+
+# The fields of a shape that planning depends on (sizes, not e.g. the RoPE base or context).
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "intermediate_size", "tie_word_embeddings")
+
+
+def declared_shape(shape: str | dict, key: str) -> Qwen3Config:
+    """The architecture a catalogue entry declares: a known shape's name or config keys."""
+    if isinstance(shape, str):
+        return QWEN3_SHAPES[shape]
+    return Qwen3Config.from_dict(shape, source=f"config: {key}")
+
+
+def check_shape(model_dir: str | Path, shape: str | dict, key: str) -> None:
+    """Refuse a downloaded model whose config.json differs from the shape its catalogue entry
+    declared: the jobs were planned (memory requests, budget) for that shape."""
+    found = Qwen3Config.from_file(Path(model_dir) / "config.json")
+    expected = declared_shape(shape, key)
+    wrong = [f"{field} {getattr(found, field)} (declared {getattr(expected, field)})"
+             for field in SHAPE_FIELDS if getattr(found, field) != getattr(expected, field)]
+    if wrong:
+        raise PlanError(f"{model_dir}/config.json does not match config {key}: "
+                        + ", ".join(wrong) + f"; set {key} to this model's architecture")
+
+
+class Plan:
+    """Every decision the workflow makes from its config, before any job runs."""
+
+    def __init__(self, config: dict, choice: Callable[[Probe], int] | None = None):
+        self.config = config
+        self.choice = choice
+        self.check()
+
+    # --- checks -------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Errors that a schema cannot express, each naming its key."""
+        config = self.config
+        for stage in GENERATION_STAGES + TRAINING_STAGES:
+            for key, catalogue in (("models", "models"), ("datasets", "datasets")):
+                for name in config[stage][key]:
+                    if name not in config[catalogue]:
+                        raise PlanError(
+                            f"config: {stage}.{key} names {name!r}, which is not in `{catalogue}` "
+                            f"(known: {', '.join(sorted(config[catalogue]))})")
+        grpo = config["grpo"]
+        step_rollouts = grpo["problems_per_step"] * grpo["num_rollouts"]
+        for ranks in grpo["world_sizes"]:
+            if ranks > step_rollouts:
+                raise PlanError(
+                    f"config: grpo.world_sizes has {ranks}, more ranks than the {step_rollouts} "
+                    "rollouts of a step (grpo.problems_per_step x grpo.num_rollouts): ranks would idle")
+        step_examples = config["distill"]["examples_per_step"]
+        for ranks in config["distill"]["world_sizes"]:
+            if ranks > step_examples:
+                raise PlanError(
+                    f"config: distill.world_sizes has {ranks}, more ranks than the {step_examples} "
+                    "examples of a step (distill.examples_per_step): ranks would idle")
+        for name, entry in config["models"].items():
+            if entry["source"] == "hub" and "shape" not in entry:
+                raise PlanError(
+                    f"config: models.{name} (source hub) needs `shape`, the model's architecture: "
+                    f"one of {sorted(QWEN3_SHAPES)} or a mapping of its config.json keys")
+
+    # --- models ---------------------------------------------------------------------------
+
+    def base_model(self, model: str) -> str:
+        """The catalogue model a (possibly distilled) model name comes from."""
+        match = STUDENT.fullmatch(model)
+        return match["base"] if match and match["base"] in self.config["models"] else model
+
+    def model_dir(self, model: str, dataset: str, seed: int) -> str:
+        """Where a model's checkpoint is: a distilled student's training output (it is
+        evaluated on the dataset it learned), the toy pretrained with `seed`, a local directory,
+        or the workflow's copy of a hub model (the last two are the same for every seed)."""
+        match = STUDENT.fullmatch(model)
+        if match and match["base"] in self.config["models"]:
+            run = TrainingRun(seed, match["base"], dataset, int(match["batch_size"]),
+                              match["device"], int(match["world_size"] or 1))
+            return run.path("distill", "model")
+        entry = self.config["models"][model]
+        if entry["source"] == "toy":
+            return f"{seed_dir(seed)}/pretrain/{model}/model"
+        return entry["path"] if entry["source"] == "local" else f"resources/models/{model}"
+
+    def prompt_style(self, model: str) -> str:
+        return self.config["models"][self.base_model(model)]["prompt_style"]
+
+    def architecture(self, model: str) -> Qwen3Config:
+        """A model's shape, known before it is built or downloaded."""
+        base = self.base_model(model)
+        entry = self.config["models"][base]
+        if entry["source"] == "toy":
+            toy = dict(self.config["toy"])
+            toy["vocab_size"] += len(QWEN3_SPECIAL_TOKENS)
+            return Qwen3Config(**toy)
+        if entry["source"] == "local":
+            return Qwen3Config.from_file(Path(entry["path"]) / "config.json")
+        return declared_shape(entry["shape"], f"models.{base}.shape")
+
+    # --- batch sizes, `auto` among them ---------------------------------------------------------
+
+    def probes(self) -> list[Probe]:
+        """Every probe the config's `auto` batch sizes need."""
+        return [Probe(seed, stage, model, dataset, device)
+                for stage in GENERATION_STAGES + TRAINING_STAGES
+                if "auto" in self.config[stage]["batch_sizes"]
+                for seed in self.config["seeds"]
+                for model in self.config[stage]["models"]
+                for dataset in self.config[stage]["datasets"]
+                for device in self.config[stage]["devices"]]
+
+    def batch_sizes(self, stage: str, seed: int, model: str, dataset: str, device: str,
+                    probed: bool = True) -> list[int]:
+        """A stage's batch sizes for one model, dataset and device: `auto` as its probe chose
+        (left out when `probed` is False), each size once."""
+        sizes = []
+        for size in self.config[stage]["batch_sizes"]:
+            if size == "auto":
+                if not probed:
+                    continue
+                if self.choice is None:
+                    raise PlanError(f"config: {stage}.batch_sizes has auto, which needs its probe")
+                size = self.choice(Probe(seed, stage, model, dataset, device))
+            if size not in sizes:
+                sizes.append(size)
+        return sizes
+
+    def chosen(self, stage: str, run) -> bool:
+        """Whether `run`'s batch size is the one its stage's probe chose."""
+        return ("auto" in self.config[stage]["batch_sizes"] and self.choice is not None
+                and run.batch_size == self.choice(Probe(run.seed, stage, run.model, run.dataset,
+                                                        run.device)))
+
+    # --- generation stages ------------------------------------------------------------------
+
+    def requested(self, stage: str, probed: bool = True) -> list[GenerationRun]:
+        """Every run a generation stage's config asks for. `sequential` is one sequence at a
+        time whatever the batch size, so it runs once (size 1)."""
+        cfg = self.config[stage]
+        return [GenerationRun(seed, model, dataset, strategy, batch_size, device)
+                for seed in self.config["seeds"]
+                for model in cfg["models"] for dataset in cfg["datasets"]
+                for device in cfg["devices"] for strategy in cfg["strategies"]
+                for batch_size in ([1] if strategy == "sequential" else
+                                   self.batch_sizes(stage, seed, model, dataset, device, probed))]
+
+    def distinct_prompts(self, stage: str, batch_size: int) -> int:
+        """The most distinct prompts one batch of a stage can hold. Self-consistency without
+        early stop batches each problem's `num_samples` samples one after another, so `batch_size`
+        consecutive samples span at most ceil((batch_size - 1) / num_samples) + 1 problems; with
+        early stop, late rounds hold one sample per problem, so every prompt may differ."""
+        cfg = self.config[stage]
+        if stage != "self_consistency" or cfg["early_stop"]:
+            return batch_size
+        return min(batch_size, -(-(batch_size - 1) // cfg["num_samples"]) + 1)
+
+    def predicted_generation_mb(self, stage: str, model: str, batch_size: int,
+                                device: str) -> dict[str, float]:
+        """The memory model's peak of a generation job (prompts of PROMPT_TOKENS), by part."""
+        return predict_peak_mb(
+            self.architecture(model), self.config["dtype"][device], batch_size, PROMPT_TOKENS,
+            self.config[stage]["max_new_tokens"], device,
+            CPU_WORKFLOW_JOB_MB if device == "cpu" else None,
+            distinct_prompts=self.distinct_prompts(stage, batch_size))
+
+    def over_budget(self, stage: str, run: GenerationRun, probed: bool = True) -> float | None:
+        """The predicted peak of a run if it exceeds its device's memory budget (a size its probe
+        chose was measured to fit; `probed` False: not asked)."""
+        budget = self.config["memory_budget_mb"][run.device]
+        if budget is None or (probed and self.chosen(stage, run)):
+            return None
+        predicted = self.predicted_generation_mb(stage, run.model, run.batch_size,
+                                                 run.device)["total"]
+        return predicted if predicted > budget else None
+
+    def generation_runs(self, stage: str) -> list[GenerationRun]:
+        """The requested runs that fit the memory budget (all, without one)."""
+        return [run for run in self.requested(stage) if self.over_budget(stage, run) is None]
+
+    def skipped(self, stage: str) -> list[dict]:
+        """Runs left out by the memory budget, each with its prediction and the reason (the
+        budget applies to generation stages only)."""
+        if stage not in GENERATION_STAGES:
+            return []
+        rows = []
+        for run in self.requested(stage, probed=False):
+            predicted = self.over_budget(stage, run, probed=False)
+            if predicted is not None:
+                budget = self.config["memory_budget_mb"][run.device]
+                rows.append({
+                    "seed": run.seed, "model": run.model, "dataset": run.dataset,
+                    "strategy": run.strategy,
+                    "batch_size": run.batch_size, "device": run.device,
+                    "dtype": self.config["dtype"][run.device], "predicted_mem_mb": round(predicted),
+                    "note": f"skipped: predicted {predicted:.0f} MB > budget {budget:g} MB",
+                })
+        return rows
+
+    # --- training stages --------------------------------------------------------------------
+
+    def grpo_runs(self) -> list[TrainingRun]:
+        cfg = self.config["grpo"]
+        return [TrainingRun(seed, model, dataset, batch_size, device, world_size, strategy)
+                for seed in self.config["seeds"]
+                for model in cfg["models"] for dataset in cfg["datasets"]
+                for device in cfg["devices"] for strategy in cfg["strategies"]
+                for batch_size in ([1] if strategy == "sequential" else
+                                   self.batch_sizes("grpo", seed, model, dataset, device))
+                for world_size in cfg["world_sizes"]]
+
+    def distill_runs(self) -> list[TrainingRun]:
+        cfg = self.config["distill"]
+        return [TrainingRun(seed, model, dataset, batch_size, device, world_size)
+                for seed in self.config["seeds"]
+                for model in cfg["models"] for dataset in cfg["datasets"]
+                for device in cfg["devices"]
+                for batch_size in self.batch_sizes("distill", seed, model, dataset, device)
+                for world_size in cfg["world_sizes"]]
+
+    def student_evaluations(self) -> list[GenerationRun]:
+        """Greedy evaluations of every student and of the model it started from, with the
+        generation budget of the teacher's traces."""
+        size = self.config["distill"]["eval_batch_size"]
+        runs = set()
+        for run in self.distill_runs():
+            for name in (run.model, student_name(run.model, run.batch_size, run.device,
+                                                 run.world_size)):
+                runs.add(GenerationRun(run.seed, name, run.dataset, "batched_stop", size,
+                                       run.device))
+        return sorted(runs, key=lambda r: (r.seed, r.model, r.dataset, r.device))
+
+    # --- the tables ------------------------------------------------------------------------------
+
+    def table_inputs(self, stage: str) -> dict[str, list[str]]:
+        """The files a stage's table joins: its runs' outputs (distillation: also the
+        evaluations of every student and its base) and its probes' choices."""
+        if stage == "grpo":
+            runs = self.grpo_runs()
+            found = {"metrics": paths(runs, "grpo", "metrics.json"),
+                     "logs": paths(runs, "grpo", "log.csv")}
+        elif stage == "distill":
+            runs, evaluations = self.distill_runs(), self.student_evaluations()
+            found = {"metrics": paths(runs, "distill", "metrics.json"),
+                     "logs": paths(runs, "distill", "log.csv"),
+                     "evaluations": paths(evaluations, "evaluate", "metrics.json"),
+                     "evaluation_records": paths(evaluations, "evaluate", "records.jsonl")}
+        else:
+            runs = self.generation_runs(stage)
+            found = {"metrics": paths(runs, stage, "metrics.json"),
+                     "records": paths(runs, stage, "records.jsonl")}
+        return found | {"autotune": [p.path() for p in self.probes() if p.stage == stage]}
+
+    # --- what a job asks a scheduler for ----------------------------------------------------
+
+    def generation_resources(self, stage: str, model: str, batch_size: int, device: str,
+                             attempt: int = 1, measured_mb: float | None = None) -> dict[str, int]:
+        """Host memory (`mem_mb`) and GPUs of a generation job, more memory on each retry.
+
+        On a GPU the model's tensors live in GPU memory; the host process holds its runtime and
+        one copy of the weights while it loads them (`load_model` reads them on the CPU first).
+        On CPU a peak its probe measured at this size counts where it exceeds the prediction.
+        """
+        parts = self.predicted_generation_mb(stage, model, batch_size, device)
+        host = parts["total"] if device == "cpu" else CPU_WORKFLOW_JOB_MB + parts["weights"]
+        if device == "cpu" and measured_mb is not None:
+            host = max(host, measured_mb)
+        return {"mem_mb": int(attempt * REQUEST_HEADROOM * host),
+                "gpu": 1 if device == "cuda" else 0}
+
+    def training_resources(self, stage: str, run: TrainingRun, attempt: int = 1,
+                           measured_mb: float | None = None) -> dict[str, int]:
+        """Memory, GPUs and CPUs of a training job: its ranks run in one task (torchrun forks
+        them), each with `threads` CPUs, its own GPU on CUDA, and one rank's memory (on CPU at
+        least the peak its probe measured at this size, `measured_mb`)."""
+        cfg = self.config[stage]
+        sequence = PROMPT_TOKENS + cfg.get("max_new_tokens", 0) if stage == "grpo" else cfg["max_seq_len"]
+        if stage == "distill":  # a rank runs batch_size examples at a time
+            per_rank_rows = run.batch_size
+        else:  # a rank scores its share of the step's rollouts in one pass
+            per_rank_rows = -(-cfg["num_rollouts"] * cfg["problems_per_step"] // run.world_size)
+        parts = predict_training_mb(self.architecture(run.model), self.config["dtype"][run.device],
+                                    per_rank_rows, sequence, run.device)
+        host = parts["total"] if run.device == "cpu" else CPU_WORKFLOW_JOB_MB + parts["weights"]
+        if run.device == "cpu" and measured_mb is not None:
+            host = max(host, measured_mb)
+        gpus = run.world_size if run.device == "cuda" else 0
+        return {"mem_mb": int(attempt * REQUEST_HEADROOM * host * run.world_size), "gpu": gpus,
+                "cpus_per_task": self.config["threads"] * run.world_size}

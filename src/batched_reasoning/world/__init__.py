@@ -1,0 +1,1 @@
+"""The offline world: arithmetic problems, the toy tokenizer and model, teacher traces."""
