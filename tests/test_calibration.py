@@ -116,7 +116,7 @@ def test_a_call_cost_is_its_fixed_time_in_units_of_work(wisdom, monkeypatch, fix
                                                         per_unit_ms, cost):
     clock = FakeClock(fixed_ms, per_unit_ms)
     monkeypatch.setattr(calibration, "time", clock)
-    assert calibration.call_cost("some_call", clock.call, 1, 65) == cost
+    assert calibration.call_cost("some_call", lambda: clock.call, 1, 65) == cost
     record = json.loads(wisdom.read_text())[calibration.machine_key()]["some_call"]
     assert record["small_ms"] == pytest.approx(fixed_ms + per_unit_ms)
     assert record["large_ms"] == pytest.approx(fixed_ms + 65 * per_unit_ms)

@@ -105,12 +105,14 @@ def median_ms(calls: dict, repeats: int = 15) -> dict[str, float]:
     return {name: sorted(t)[repeats // 2] * 1000 for name, t in times.items()}
 
 
-def call_cost(name: str, call, small: int, large: int, repeats: int = 7) -> int:
+def call_cost(name: str, prepare, small: int, large: int, repeats: int = 7) -> int:
     """What one call of `call(size)` costs beyond its work, in units of its work (prompt
     tokens, key positions): the fixed time over the time per unit, from the median times at
-    `small` and `large` sizes. Timed once per machine; the record keeps both times."""
+    `small` and `large` sizes. `prepare()` makes `call` (and its inputs) only when a
+    measurement is needed. Timed once per machine; the record keeps both times."""
 
     def measure() -> dict:
+        call = prepare()
         ms = median_ms({"small": lambda: call(small), "large": lambda: call(large)}, repeats)
         per_unit = (ms["large"] - ms["small"]) / (large - small)
         fixed = ms["small"] - per_unit * small

@@ -151,7 +151,7 @@ def prefill_call_cost(model) -> int:
             model(ids, torch.ones_like(ids, dtype=torch.bool),
                   cache=KVCache.for_model(model, 1, tokens), last_only=True)
 
-    return calibration.call_cost(name, prefill, 1, 65)
+    return calibration.call_cost(name, lambda: prefill, 1, 65)
 
 
 def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token_id: int) -> torch.Tensor:

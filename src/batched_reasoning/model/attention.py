@@ -64,23 +64,26 @@ def attention_call_cost(dtype: torch.dtype, heads: int, kv_heads: int, head_dim:
     (up to the model's `layers` and `ATTENTION_TIMING_MB`), so, as in decoding, the keys come
     from memory rather than from the last call's cache lines."""
     name = f"attention_call/{str(dtype).removeprefix('torch.')}/{heads}x{kv_heads}x{head_dim}"
-    generator = torch.Generator().manual_seed(0)
-    large_mb = 2 * 4 * kv_heads * 512 * head_dim * dtype.itemsize / 2**20
-    copies = max(1, min(layers, math.ceil(ATTENTION_TIMING_MB / large_mb)))
-    inputs = {}
-    for positions in (32, 512):
-        mask = torch.ones(4, 1, 1, positions, dtype=torch.bool)
-        mask[0, ..., : positions // 4] = False  # a shorter row in the run
-        inputs[positions] = [
-            [torch.randn(4, h, t, head_dim, generator=generator).to(dtype)
-             for h, t in ((heads, 1), (kv_heads, positions), (kv_heads, positions))] + [mask]
-            for _ in range(copies)]
 
-    def attend(positions: int) -> None:
-        for q, k, v, mask in inputs[positions]:
-            fused_attention(q, k, v, mask)
+    def prepare():
+        generator = torch.Generator().manual_seed(0)
+        large_mb = 2 * 4 * kv_heads * 512 * head_dim * dtype.itemsize / 2**20
+        copies = max(1, min(layers, math.ceil(ATTENTION_TIMING_MB / large_mb)))
+        inputs = {}
+        for positions in (32, 512):
+            mask = torch.ones(4, 1, 1, positions, dtype=torch.bool)
+            mask[0, ..., : positions // 4] = False  # a shorter row in the run
+            inputs[positions] = [
+                [torch.randn(4, h, t, head_dim, generator=generator).to(dtype)
+                 for h, t in ((heads, 1), (kv_heads, positions), (kv_heads, positions))] + [mask]
+                for _ in range(copies)]
 
-    return calibration.call_cost(name, attend, 32, 512, repeats=15)
+        def attend(positions: int) -> None:
+            for q, k, v, mask in inputs[positions]:
+                fused_attention(q, k, v, mask)
+        return attend
+
+    return calibration.call_cost(name, prepare, 32, 512, repeats=15)
 
 
 def decode_attention_in_float32(dtype: torch.dtype, heads: int, kv_heads: int,
