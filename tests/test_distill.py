@@ -14,6 +14,7 @@ from batched_reasoning.world.arith import make_arith
 from batched_reasoning.model.checkpoint import load_model, save_model
 from batched_reasoning.data.records import DatasetError
 from batched_reasoning.stages.distill import (
+    DistillSettings,
     Example,
     answer_text,
     build_example,
@@ -24,6 +25,7 @@ from batched_reasoning.stages.distill import (
     train_step,
 )
 from batched_reasoning.engine.padding import batches, pad_fraction
+from batched_reasoning.training.settings import TrainingFiles
 from batched_reasoning.data.prompts import TextTokenizer, format_prompt
 from batched_reasoning.workflow.tables import distill_table, evaluations, student_name
 from batched_reasoning.world.teacher import load_teacher_rows, make_teacher_traces
@@ -196,9 +198,11 @@ def run(toy_dir, tmp_path, teacher, name, **overrides):
                     max_examples=None,
                     use_think_tokens=True, sort_by_length=True, grad_clip=1.0, seed=3, log_every=5,
                     checkpoint_every=3, threads=1) | overrides
-    metrics = distill(str(toy_dir), str(teacher), str(out / "model"), str(out / "checkpoints"),
-                      str(out / "log.csv"), str(out / "metrics.json"), str(out / "curve.png"),
-                      **settings, params={k: v for k, v in settings.items() if k != "threads"},
+    files = TrainingFiles(model=str(out / "model"), log_csv=str(out / "log.csv"),
+                          curve_png=str(out / "curve.png"), metrics_json=str(out / "metrics.json"),
+                          work_dir=str(out / "checkpoints"))
+    metrics = distill(str(toy_dir), str(teacher), files, DistillSettings(**settings),
+                      params={k: v for k, v in settings.items() if k != "threads"},
                       labels={"model": "tiny", "dataset": "arith", "batch_size": "4", "device": "cpu"})
     return out, metrics
 

@@ -26,8 +26,9 @@ from batched_reasoning.stages import distill as distill_module
 from batched_reasoning.training import distributed
 from batched_reasoning.world.arith import make_arith
 from batched_reasoning.model.checkpoint import load_model, save_model
-from batched_reasoning.stages.distill import build_example, distill, train_step
-from batched_reasoning.stages.grpo import policy_update, train_grpo
+from batched_reasoning.stages.distill import DistillSettings, build_example, distill, train_step
+from batched_reasoning.stages.grpo import GRPOSettings, policy_update, train_grpo
+from batched_reasoning.training.settings import TrainingFiles
 from batched_reasoning.core.io import read_json, write_jsonl
 from batched_reasoning.data.prompts import TextTokenizer, format_prompt
 from batched_reasoning.world.teacher import make_teacher_traces
@@ -154,18 +155,30 @@ def test_grpo_gradient_on_uneven_shares_is_the_whole_steps(setup):
 
 # --- weights after several steps ----------------------------------------------------------
 
-def distill_args(root, name, **overrides):
-    """(positional, keyword) arguments of one distillation run into `root/name`."""
-    out = root / name
+def files_in(out) -> dict:
+    """Where a training run into `out` writes, as `TrainingFiles` fields."""
+    return {"model": str(out / "model"), "log_csv": str(out / "log.csv"),
+            "curve_png": str(out / "curve.png"), "metrics_json": str(out / "metrics.json"),
+            "work_dir": str(out / "checkpoints")}
+
+
+def distill_spec(root, name, **overrides) -> dict:
+    """One distillation run into `root/name`, in JSON (to hand to another process)."""
     settings = dict(prompt_style="base", batch_size=2, examples_per_step=5, device="cpu",
                     dtype="float32", epochs=1,
                     lr=1e-3, max_seq_len=512, validation_size=6, max_examples=None,
                     use_think_tokens=True, sort_by_length=True, grad_clip=1.0, seed=3,
                     log_every=1000, checkpoint_every=1000, threads=1) | overrides
-    positional = [str(root / "model"), str(root / "teacher.json"), str(out / "model"),
-                  str(out / "checkpoints"), str(out / "log.csv"), str(out / "metrics.json"),
-                  str(out / "curve.png")]
-    return positional, settings | {"params": dict(settings), "labels": {"model": "tiny"}}
+    return {"model": str(root / "model"), "teacher": str(root / "teacher.json"),
+            "files": files_in(root / name), "settings": settings, "params": dict(settings),
+            "labels": {"model": "tiny"}}
+
+
+def distill_args(root, name, **overrides) -> list:
+    """The arguments of `distill` for one run into `root/name`."""
+    spec = distill_spec(root, name, **overrides)
+    return [spec["model"], spec["teacher"], TrainingFiles(**spec["files"]),
+            DistillSettings(**spec["settings"]), spec["params"], spec["labels"]]
 
 
 def distill_with(per_rank_mean: bool, *args, **kwargs):
@@ -192,9 +205,9 @@ def test_weights_after_several_unclipped_steps_match_one_rank(setup):
     """Three AdamW steps of 5 examples (3 + 2 per rank), no clipping, float64."""
     runs = {}
     for name, world_size, mistake in (("one", 1, False), ("two", 2, False), ("wrong", 2, True)):
-        positional, keywords = distill_args(setup, name, max_examples=15, dtype="float64",
+        args = distill_args(setup, name, max_examples=15, dtype="float64",
                                             grad_clip=None)
-        metrics = distributed.launch(distill_with, world_size, mistake, *positional, **keywords)
+        metrics = distributed.launch(distill_with, world_size, mistake, *args)
         assert metrics["steps"] == 3 and metrics["world_size"] == world_size
         runs[name] = flat(weights(setup / name))
     update = runs["one"] - flat(load_file(setup / "model" / "model.safetensors")).double()
@@ -211,26 +224,23 @@ def test_shares_are_contiguous_so_ranks_get_whole_problems():
     assert sum((distributed.share(range(7), rank, 3) for rank in range(3)), []) == list(range(7))
 
 
-def grpo_run(root, name, **overrides):
-    config = dict(strategy="batched_stop", batch_size=4, device="cpu", dtype="float64",
-                  steps=3, num_rollouts=4, problems_per_step=2, max_new_tokens=12,
-                  temperature=1.0, top_p=1.0, lr=1e-3, grad_clip=1.0, seed=0,
-                  checkpoint_every=2, eval_every=2, eval_problems=6, train_problems=None,
-                  skip_zero_advantage=False, prompt_style="base", threads=1) | overrides
-    out = root / name
-    return (str(root / "model"), str(root / "train.jsonl"), str(root / "test.jsonl"),
-            str(out / "model"), str(out / "log.csv"), str(out / "metrics.json"),
-            str(out / "curve.png"), str(out / "checkpoints")), config | {
-        "params": dict(config), "labels": {"model": "tiny", "dataset": "arith"}}
+def grpo_args(root, name, **overrides) -> list:
+    """The arguments of `train_grpo` for one run into `root/name`."""
+    settings = dict(strategy="batched_stop", batch_size=4, device="cpu", dtype="float64",
+                    steps=3, num_rollouts=4, problems_per_step=2, max_new_tokens=12,
+                    temperature=1.0, top_p=1.0, lr=1e-3, grad_clip=1.0, seed=0,
+                    checkpoint_every=2, eval_every=2, eval_problems=6, train_problems=None,
+                    skip_zero_advantage=False, prompt_style="base", threads=1) | overrides
+    return [str(root / "model"), str(root / "train.jsonl"), str(root / "test.jsonl"),
+            TrainingFiles(**files_in(root / name)), GRPOSettings(**settings), dict(settings),
+            {"model": "tiny", "dataset": "arith"}]
 
 
 def test_grpo_on_two_ranks_trains_like_one_two_problems_a_step(setup):
     """End to end: each rank generates and scores its problem's rollouts, rewards are
     gathered for the advantages, evaluation is shared, rank 0 writes; float64."""
-    positional, keywords = grpo_run(setup, "grpo-one")
-    one = distributed.launch(train_grpo, 1, *positional, **keywords)
-    positional, keywords = grpo_run(setup, "grpo-two")
-    two = distributed.launch(train_grpo, 2, *positional, **keywords)
+    one = distributed.launch(train_grpo, 1, *grpo_args(setup, "grpo-one"))
+    two = distributed.launch(train_grpo, 2, *grpo_args(setup, "grpo-two"))
     assert (one["world_size"], two["world_size"]) == (1, 2)
     assert two["problems_per_step"] == 2 and two["steps"] == 3
     for key in ("eval_acc_before", "eval_acc_after", "reward_first_quarter",
@@ -257,11 +267,14 @@ def csv_rows(path):
 
 def start_distill(root, name, world_size, **overrides):
     """A distillation run in its own process, as the workflow's job runs it."""
-    positional, keywords = distill_args(root, name, **overrides)
     code = ("import json, sys; from batched_reasoning.training.distributed import launch; "
-            "from batched_reasoning.stages.distill import distill; a = json.loads(sys.argv[1]); "
-            "launch(distill, a['world_size'], *a['positional'], **a['keywords'])")
-    payload = json.dumps({"world_size": world_size, "positional": positional, "keywords": keywords})
+            "from batched_reasoning.stages.distill import DistillSettings, distill; "
+            "from batched_reasoning.training.settings import TrainingFiles; "
+            "a = json.loads(sys.argv[1]); "
+            "launch(distill, a['world_size'], a['model'], a['teacher'], "
+            "TrainingFiles(**a['files']), DistillSettings(**a['settings']), a['params'], "
+            "a['labels'])")
+    payload = json.dumps(distill_spec(root, name, **overrides) | {"world_size": world_size})
     return subprocess.Popen([sys.executable, "-c", code, payload])
 
 
@@ -291,12 +304,11 @@ def test_killed_two_rank_run_resumes_to_the_same_weights(setup):
 
 
 def test_ranks_and_shares_are_checked_in_both_stages(setup):
-    positional, keywords = distill_args(setup, "idle", examples_per_step=1)
     with pytest.raises(RuntimeError, match="failed on 2 ranks"):
-        distributed.launch(distill, 2, *positional, **keywords)
-    positional, keywords = grpo_run(setup, "idle-grpo", num_rollouts=2, problems_per_step=1)
+        distributed.launch(distill, 2, *distill_args(setup, "idle", examples_per_step=1))
     with pytest.raises(RuntimeError, match="failed on 3 ranks"):
-        distributed.launch(train_grpo, 3, *positional, **keywords)
+        distributed.launch(train_grpo, 3, *grpo_args(setup, "idle-grpo", num_rollouts=2,
+                                                     problems_per_step=1))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

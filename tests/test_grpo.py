@@ -23,9 +23,11 @@ from batched_reasoning.stages.grpo import (
     group_advantages,
     policy_loss,
     scored_completion,
+    GRPOSettings,
     train_grpo,
 )
 from batched_reasoning.core.io import write_jsonl
+from batched_reasoning.training.settings import TrainingFiles
 from batched_reasoning.data.prompts import TextTokenizer, format_prompt
 from batched_reasoning.workflow.tables import grpo_table, plot_grpo
 from batched_reasoning.world.toy import training_text
@@ -74,11 +76,12 @@ def run(setup, name, train="train.jsonl", **overrides):
     """One training run into `setup/name`; returns its metrics."""
     config = CONFIG | overrides
     out = setup / name
-    return train_grpo(
-        setup / "model", setup / train, setup / "test.jsonl", out / "model",
-        out / "log.csv", out / "metrics.json", out / "curve.png", out / "checkpoints",
-        **config, params=config, labels={"model": "tiny", "dataset": "zeros"},
-    )
+    files = TrainingFiles(model=str(out / "model"), log_csv=str(out / "log.csv"),
+                          curve_png=str(out / "curve.png"), metrics_json=str(out / "metrics.json"),
+                          work_dir=str(out / "checkpoints"))
+    return train_grpo(setup / "model", setup / train, setup / "test.jsonl", files,
+                      GRPOSettings(**config), params=config,
+                      labels={"model": "tiny", "dataset": "zeros"})
 
 
 def weights(directory):

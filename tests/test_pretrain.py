@@ -33,15 +33,22 @@ def init(tmp_path_factory):
 
 def run_pretrain(root, out, steps, checkpoint_every=10**6):
     """The pretraining stage in its own process, as the workflow runs it."""
-    kwargs = dict(steps=steps, batch_size=8, lr=3e-3, warmup=5, weight_decay=0.01, worked_share=0.4,
-                  checkpoint_every=checkpoint_every, seed=0, device="cpu", threads=1, params={})
+    settings = dict(steps=steps, batch_size=8, lr=3e-3, warmup=5, weight_decay=0.01,
+                    worked_share=0.4, checkpoint_every=checkpoint_every, seed=0, device="cpu",
+                    threads=1)
+    files = dict(model=str(out / "model"), log_csv=str(out / "log.csv"),
+                 curve_png=str(out / "loss.png"), metrics_json=str(out / "metrics.json"),
+                 work_dir=str(out / "checkpoints"))
     code = (
-        "from batched_reasoning.stages.pretrain import pretrain; import json, sys; "
-        f"pretrain(*sys.argv[1:8], **json.loads({json.dumps(json.dumps(kwargs))}))"
+        "from batched_reasoning.stages.pretrain import PretrainSettings, pretrain; "
+        "from batched_reasoning.training.settings import TrainingFiles; import json, sys; "
+        "a = json.loads(sys.argv[3]); "
+        "pretrain(sys.argv[1], sys.argv[2], TrainingFiles(**a['files']), "
+        "PretrainSettings(**a['settings']), {})"
     )
-    paths = [root / "init", root / "train.jsonl", out / "model", out / "checkpoints",
-             out / "log.csv", out / "loss.png", out / "metrics.json"]
-    return subprocess.Popen([sys.executable, "-c", code, *map(str, paths)])
+    return subprocess.Popen([sys.executable, "-c", code, str(root / "init"),
+                             str(root / "train.jsonl"),
+                             json.dumps({"files": files, "settings": settings})])
 
 
 def test_loss_falls_and_checkpoint_reloads(init, tmp_path):

@@ -14,18 +14,8 @@ from batched_reasoning.training.loop import (
     pack,
     packed_token_mean_nll,
     run_identity,
-    settings_of,
     token_mean_nll,
 )
-
-
-def stage(path, *, lr, steps, params, labels):
-    return settings_of(stage, locals())
-
-
-def test_settings_are_the_keyword_arguments_without_provenance():
-    assert stage("a/path", lr=0.1, steps=3, params={"x": 1}, labels={"m": "toy"}) == {
-        "lr": 0.1, "steps": 3}
 
 
 def test_digest_follows_contents_not_timestamps_or_hidden_copies(tmp_path):

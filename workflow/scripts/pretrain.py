@@ -1,16 +1,10 @@
 from batched_reasoning.core.io import log_to
-from batched_reasoning.stages.pretrain import pretrain
+from batched_reasoning.stages.pretrain import PretrainSettings, pretrain
+from batched_reasoning.training.settings import TrainingFiles
 
+params, output = dict(snakemake.params.items()), snakemake.output
 with log_to(snakemake.log[0]):
-    pretrain(
-        snakemake.input.init, snakemake.input.train, snakemake.output.model,
-        snakemake.params.checkpoints, snakemake.output.log_csv, snakemake.output.plot,
-        snakemake.output.metrics,
-        steps=snakemake.params.steps, batch_size=snakemake.params.batch_size,
-        lr=snakemake.params.lr, warmup=snakemake.params.warmup,
-        weight_decay=snakemake.params.weight_decay,
-        worked_share=snakemake.params.worked_share,
-        checkpoint_every=snakemake.params.checkpoint_every, seed=snakemake.params.seed,
-        device=snakemake.params.device, threads=snakemake.threads,
-        params=dict(snakemake.params.items()),
-    )
+    settings = PretrainSettings.from_params(params, threads=snakemake.threads)
+    files = TrainingFiles(model=output.model, log_csv=output.log_csv, curve_png=output.plot,
+                          metrics_json=output.metrics, work_dir=params["checkpoints"])
+    pretrain(snakemake.input.init, snakemake.input.train, files, settings, params)

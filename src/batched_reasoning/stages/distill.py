@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -34,9 +35,33 @@ from ..training.loop import (
     finish_run,
     masked_nll,
     run_identity,
-    settings_of,
     train_loop,
 )
+from ..training.settings import Settings, TrainingFiles
+
+
+@dataclass(frozen=True)
+class DistillSettings(Settings):
+    """A distillation run's settings: config `distill:`, and the job's batch size, device and
+    threads. They are the run's identity with its teacher traces, starting weights and code."""
+
+    prompt_style: str
+    batch_size: int  # examples per forward pass (micro-batch)
+    examples_per_step: int  # examples per optimizer step, over all ranks
+    device: str
+    dtype: str
+    epochs: int
+    lr: float
+    max_seq_len: int  # longer examples are dropped
+    validation_size: int
+    max_examples: int | None  # None: every training example
+    use_think_tokens: bool
+    sort_by_length: bool  # batch examples of similar length: less padding
+    grad_clip: float | None
+    seed: int
+    log_every: int  # steps between validation losses
+    checkpoint_every: int
+    threads: int
 
 # --- Examples and batches -------------------------------------------------------------------
 
@@ -111,58 +136,52 @@ def train_step(model, optimizer, examples: list[Example], step_examples: int, ba
     return loss_sum, tokens, cells
 
 
-def distill(
-    model_dir: str, teacher_path: str, out_dir: str, work_dir: str, log_csv: str,
-    metrics_json: str, curve_png: str, *,
-    prompt_style: str, batch_size: int, examples_per_step: int, device: str, dtype: str,
-    epochs: int, lr: float,
-    max_seq_len: int, validation_size: int, max_examples: int | None, use_think_tokens: bool,
-    sort_by_length: bool, grad_clip: float | None, seed: int, log_every: int,
-    checkpoint_every: int, threads: int, params: dict, labels: dict,
-) -> dict | None:
-    """Train the student; write it to `out_dir` with its log, loss curve and metrics.
+def distill(model_dir: str, teacher_path: str, files: TrainingFiles, settings: DistillSettings,
+            params: dict, labels: dict) -> dict | None:
+    """Train the student; write it to `files.model` with its log, loss curve and metrics.
 
-    `work_dir` holds the resumable checkpoint, resumed only if the same run wrote it, and is
+    `files.work_dir` holds the resumable checkpoint, resumed only if the same run wrote it, and is
     removed once the outputs are written. In a multi-rank run rank 0 writes everything and
     returns the metrics; the others return None.
     """
-    identity = run_identity(__name__, settings_of(distill, locals()), [teacher_path], model_dir)
-    torch_device = distributed.device(device)
-    torch.set_num_threads(distributed.threads_per_rank(threads))
+    identity = run_identity(__name__, settings.as_dict(), [teacher_path], model_dir)
+    torch_device = distributed.device(settings.device)
+    torch.set_num_threads(distributed.threads_per_rank(settings.threads))
     rows, report = load_teacher_rows(teacher_path)
-    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
-    examples = [build_example(r, tokenizer, prompt_style, use_think_tokens) for r in rows]
-    kept = [e for e in examples if len(e.ids) <= max_seq_len]
+    tokenizer = TextTokenizer.from_model_dir(model_dir, settings.prompt_style)
+    examples = [build_example(r, tokenizer, settings.prompt_style, settings.use_think_tokens)
+                for r in rows]
+    kept = [e for e in examples if len(e.ids) <= settings.max_seq_len]
     n_too_long = len(examples) - len(kept)
     if n_too_long:
-        print(f"dropped {n_too_long} of {len(examples)} examples longer than {max_seq_len} tokens",
-              flush=True)
-    train, validation = split_validation(kept, validation_size, seed)
-    train = train[:max_examples]
+        print(f"dropped {n_too_long} of {len(examples)} examples longer than "
+              f"{settings.max_seq_len} tokens", flush=True)
+    train, validation = split_validation(kept, settings.validation_size, settings.seed)
+    train = train[:settings.max_examples]
     lengths = [len(e.ids) for e in train]
     world_size = distributed.world_size()
-    if world_size > examples_per_step:
+    if world_size > settings.examples_per_step:
         raise ValueError(f"world size {world_size} exceeds distill.examples_per_step "
-                         f"({examples_per_step}): ranks would idle")
-    steps_per_epoch = math.ceil(len(train) / examples_per_step)
-    total_steps = epochs * steps_per_epoch
+                         f"({settings.examples_per_step}): ranks would idle")
+    steps_per_epoch = math.ceil(len(train) / settings.examples_per_step)
+    total_steps = settings.epochs * steps_per_epoch
     epoch_groups = {}
 
     def validate(model) -> float:
-        return mean_loss(model, validation, batch_size, tokenizer.pad_token_id)
+        return mean_loss(model, validation, settings.batch_size, tokenizer.pad_token_id)
 
     def take_step(model, optimizer, step: int) -> dict:
         epoch, offset = divmod(step, steps_per_epoch)
         if epoch not in epoch_groups:
             epoch_groups.clear()
-            epoch_groups[epoch] = epoch_batches(lengths, examples_per_step, seed, epoch,
-                                                sort_by_length)
+            epoch_groups[epoch] = epoch_batches(lengths, settings.examples_per_step, settings.seed,
+                                                epoch, settings.sort_by_length)
         group = epoch_groups[epoch][offset]
         with PeakMemory(torch_device) as memory:
             tick = time.perf_counter()
             loss_sum, tokens, cells = train_step(
                 model, optimizer, [train[i] for i in distributed.shard(group)], len(group),
-                batch_size, tokenizer.pad_token_id, grad_clip, torch_device)
+                settings.batch_size, tokenizer.pad_token_id, settings.grad_clip, torch_device)
         seconds = time.perf_counter() - tick
         loss_sum, tokens, cells = distributed.all_reduce([loss_sum, tokens, cells])
         seconds, peak_mb = distributed.all_reduce([seconds, memory.peak_mb], op="max")
@@ -170,43 +189,47 @@ def distill(
                "val_loss": math.nan, "tokens_per_sec": tokens / seconds,
                "pad_fraction": 1 - tokens / cells, "peak_mem_mb": peak_mb, "tokens": int(tokens),
                "examples": len(group), "step_seconds": seconds}
-        if (step + 1) % log_every == 0 or step + 1 == total_steps:
+        if (step + 1) % settings.log_every == 0 or step + 1 == total_steps:
             row["val_loss"] = validate(model)
         if distributed.is_main() and not math.isnan(row["val_loss"]):
-            print(f"epoch {epoch + 1}/{epochs} step {step + 1}/{total_steps} "
+            print(f"epoch {epoch + 1}/{settings.epochs} step {step + 1}/{total_steps} "
                   f"train_loss {row['train_loss']:.4f} val_loss {row['val_loss']:.4f} "
                   f"{row['tokens_per_sec']:.0f} tokens/s", flush=True)
         return row
 
     trained = train_loop(
-        identity=identity, start_dir=model_dir, work_dir=work_dir, device=torch_device,
-        dtype=dtype, seed=seed, steps=total_steps, checkpoint_every=checkpoint_every,
-        make_optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=lr),
+        identity=identity, start_dir=model_dir, work_dir=files.work_dir, device=torch_device,
+        dtype=settings.dtype, seed=settings.seed, steps=total_steps,
+        checkpoint_every=settings.checkpoint_every,
+        make_optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=settings.lr),
         first_rows=lambda model: [{"epoch": 0, "step": 0, "train_loss": math.nan,
                                    "val_loss": validate(model)}],
         take_step=take_step)
     if not distributed.is_main():
         return None
 
-    save_model(trained.model, out_dir, source=model_dir)
+    save_model(trained.model, files.model, source=model_dir)
     frame = pd.DataFrame(trained.rows)
-    with atomic_path(log_csv) as tmp:
+    with atomic_path(files.log_csv) as tmp:
         frame.to_csv(tmp, index=False)
-    plot_curve(frame, curve_png, f"Distillation: {labels.get('model')} on {labels.get('dataset')} "
-                                 f"teacher traces, batch size {batch_size} on {world_size} rank(s)")
+    plot_curve(frame, files.curve_png,
+               f"Distillation: {labels.get('model')} on {labels.get('dataset')} teacher traces, "
+               f"batch size {settings.batch_size} on {world_size} rank(s)")
     steps = frame[frame["step"] > 0]
 
     def epochs_padding(sort: bool) -> float:
         """Padding of every micro-batch of every rank over the run."""
         return pad_fraction([
-            [lengths[i] for i in part] for epoch in range(epochs)
-            for step in epoch_batches(lengths, examples_per_step, seed, epoch, sort)
+            [lengths[i] for i in part] for epoch in range(settings.epochs)
+            for step in epoch_batches(lengths, settings.examples_per_step, settings.seed, epoch,
+                                      sort)
             for rank in range(world_size)
-            for part in micro_batches(step, batch_size, world_size, rank)])
+            for part in micro_batches(step, settings.batch_size, world_size, rank)])
 
     metrics = labels | {
-        "batch_size": batch_size, "examples_per_step": examples_per_step,
-        "world_size": world_size, "dtype": dtype, "epochs": epochs, "steps": total_steps,
+        "batch_size": settings.batch_size, "examples_per_step": settings.examples_per_step,
+        "world_size": world_size, "dtype": settings.dtype, "epochs": settings.epochs,
+        "steps": total_steps,
         "n_teacher_rows": report["n_rows"], "n_malformed": report["n_malformed"],
         "malformed": report["malformed"], "n_too_long": n_too_long,
         "n_train": len(train), "n_validation": len(validation),
@@ -214,16 +237,16 @@ def distill(
         "wall_seconds_this_run": trained.seconds,
         "train_tokens": int(steps["tokens"].sum()),
         "tokens_per_second": float(steps["tokens"].sum() / steps["step_seconds"].sum()),
-        "pad_fraction": epochs_padding(sort_by_length),
+        "pad_fraction": epochs_padding(settings.sort_by_length),
         "pad_fraction_unsorted": epochs_padding(False),
         "peak_memory_mb": float(steps["peak_mem_mb"].max()),
         "initial_val_loss": float(frame["val_loss"].iloc[0]),
         "final_val_loss": float(frame["val_loss"].iloc[-1]),
         "resumed_from_step": trained.resumed_from,
-        "sort_by_length": sort_by_length, "use_think_tokens": use_think_tokens,
+        "sort_by_length": settings.sort_by_length, "use_think_tokens": settings.use_think_tokens,
     } | run_info(params, torch_device, __name__)
-    write_json(metrics, metrics_json)
-    finish_run(work_dir)
+    write_json(metrics, files.metrics_json)
+    finish_run(files.work_dir)
     return metrics
 
 

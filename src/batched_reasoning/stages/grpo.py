@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -32,7 +33,8 @@ from ..core.plots import moving_average, save_figure, subplots
 from ..data.prompts import TextTokenizer, format_prompt
 from ..core.provenance import run_info
 from ..engine.sampling import TopP
-from ..training.loop import finish_run, run_identity, settings_of, token_logprobs, train_loop
+from ..training.loop import finish_run, run_identity, token_logprobs, train_loop
+from ..training.settings import Settings, TrainingFiles
 
 ADVANTAGE_EPS = 1e-4
 # Evaluation is not what the runs compare, so it uses one batch size everywhere: accuracies of
@@ -43,6 +45,39 @@ LOG_COLUMNS = [
     "avg_response_len", "rollouts_digest", "prefills", "gen_seconds", "update_seconds", "step_seconds",
     "peak_mem_mb", "eval_acc", "eval_seconds",
 ]
+
+
+@dataclass(frozen=True)
+class GRPOSettings(Settings):
+    """A GRPO run's settings: config `grpo:`, and the job's strategy, batch size, device and
+    threads. They are the run's identity with its data, starting weights and code."""
+
+    strategy: str
+    batch_size: int  # rollouts generated together
+    device: str
+    dtype: str
+    steps: int
+    num_rollouts: int  # answers sampled per problem
+    problems_per_step: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    lr: float
+    grad_clip: float
+    seed: int
+    checkpoint_every: int
+    eval_every: int
+    eval_problems: int
+    train_problems: int | None  # the first records, revisited; None: the whole train split
+    skip_zero_advantage: bool  # no update when a step's rollouts all earned the same reward
+    prompt_style: str
+    threads: int
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.num_rollouts < 2:
+            raise ValueError(f"num_rollouts must be >= 2 (advantages compare them), "
+                             f"got {self.num_rollouts}")
 
 
 def reward(text: str, answer: str) -> float:
@@ -130,46 +165,39 @@ def eval_correct(model, tokenizer, prompts, answers, max_new_tokens: int) -> lis
     return [correct for _, correct in sorted(sum(distributed.all_gather(scored), []))]
 
 
-def train_grpo(
-    model_dir: str, train_path: str, test_path: str, out_model: str, log_csv: str,
-    metrics_json: str, curve_png: str, work_dir: str, *,
-    strategy: str, batch_size: int, device: str, dtype: str, steps: int, num_rollouts: int,
-    problems_per_step: int, max_new_tokens: int, temperature: float, top_p: float, lr: float,
-    grad_clip: float, seed: int, checkpoint_every: int, eval_every: int, eval_problems: int,
-    train_problems: int | None, skip_zero_advantage: bool, prompt_style: str, threads: int,
-    params: dict, labels: dict,
-) -> dict | None:
-    """Train for `steps` GRPO steps; resumes from the latest checkpoint in `work_dir`.
+def train_grpo(model_dir: str, train_path: str, test_path: str, files: TrainingFiles,
+               settings: GRPOSettings, params: dict, labels: dict) -> dict | None:
+    """Train for `settings.steps` GRPO steps; resumes from the latest checkpoint in
+    `files.work_dir`.
 
     Step s (0-based) trains on train records s*P .. s*P + P - 1 (P = `problems_per_step`, 1 as
     in the book), modulo n: `train_problems` (the first records, revisited) or the whole train
     split. Log row `step` k is the state after k steps; row 0 holds only the accuracy before
     training. Response lengths and rollout tokens/s count generated tokens without the end
     token, as `generate` reports them. In a multi-rank run rank 0 writes everything and
-    returns the metrics; the other ranks return None. A checkpoint in `work_dir` is resumed only
-    if the same run wrote it.
+    returns the metrics; the other ranks return None. A checkpoint in `files.work_dir` is resumed
+    only if the same run wrote it.
     """
-    identity = run_identity(__name__, settings_of(train_grpo, locals()),
-                            [train_path, test_path], model_dir)
-    if num_rollouts < 2:
-        raise ValueError(f"num_rollouts must be >= 2 (advantages compare them), got {num_rollouts}")
-    step_rollouts = problems_per_step * num_rollouts
+    identity = run_identity(__name__, settings.as_dict(), [train_path, test_path], model_dir)
+    step_rollouts = settings.problems_per_step * settings.num_rollouts
     if distributed.world_size() > step_rollouts:
         raise ValueError(f"world size {distributed.world_size()} exceeds the {step_rollouts} "
                          "rollouts of a step (problems_per_step x num_rollouts): ranks would idle")
-    torch_device = distributed.device(device)
-    torch.set_num_threads(distributed.threads_per_rank(threads))
+    torch_device = distributed.device(settings.device)
+    torch.set_num_threads(distributed.threads_per_rank(settings.threads))
     main = distributed.is_main()
-    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
-    train = read_jsonl(train_path)[:train_problems]
-    test = read_jsonl(test_path)[:eval_problems]
-    eval_prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style)) for r in test]
+    tokenizer = TextTokenizer.from_model_dir(model_dir, settings.prompt_style)
+    train = read_jsonl(train_path)[:settings.train_problems]
+    test = read_jsonl(test_path)[:settings.eval_problems]
+    eval_prompts = [tokenizer.encode(format_prompt(r["problem"], settings.prompt_style))
+                    for r in test]
     eval_answers = [r["answer"] for r in test]
-    sampler = TopP(temperature, top_p, seed)
+    sampler = TopP(settings.temperature, settings.top_p, settings.seed)
 
     def evaluate_into(model, row: dict) -> dict:
         tick = time.perf_counter()
-        correct = eval_correct(model, tokenizer, eval_prompts, eval_answers, max_new_tokens)
+        correct = eval_correct(model, tokenizer, eval_prompts, eval_answers,
+                               settings.max_new_tokens)
         row["eval_acc"] = sum(correct) / len(correct)
         row["eval_correct"] = correct
         row["eval_seconds"] = time.perf_counter() - tick
@@ -178,28 +206,30 @@ def train_grpo(
         return row
 
     def take_step(model, optimizer, step: int) -> dict:
-        problems = [train[(step * problems_per_step + p) % len(train)]
-                    for p in range(problems_per_step)]
-        prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style)) for r in problems]
-        mine = distributed.shard([(p, r) for p in range(problems_per_step)
-                                  for r in range(num_rollouts)])
+        problems = [train[(step * settings.problems_per_step + p) % len(train)]
+                    for p in range(settings.problems_per_step)]
+        prompts = [tokenizer.encode(format_prompt(r["problem"], settings.prompt_style))
+                   for r in problems]
+        mine = distributed.shard([(p, r) for p in range(settings.problems_per_step)
+                                  for r in range(settings.num_rollouts)])
         with PeakMemory(torch_device) as memory:
             tick = time.perf_counter()
             result = generate(
-                model, [prompts[p] for p, _ in mine], strategy=strategy, batch_size=batch_size,
-                max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
+                model, [prompts[p] for p, _ in mine], strategy=settings.strategy,
+                batch_size=settings.batch_size,
+                max_new_tokens=settings.max_new_tokens, eos_token_id=tokenizer.end_token_ids,
                 pad_token_id=tokenizer.pad_token_id, sampler=sampler,
-                keys=[(step * problems_per_step + p, r) for p, r in mine],
+                keys=[(step * settings.problems_per_step + p, r) for p, r in mine],
             )
             gen_seconds = time.perf_counter() - tick
-            rewards = torch.zeros(problems_per_step, num_rollouts)
+            rewards = torch.zeros(settings.problems_per_step, settings.num_rollouts)
             scored = [(p, r, reward(tokenizer.decode(t), problems[p]["answer"]), t)
                       for (p, r), t in zip(mine, result.tokens)]
             everyone = sorted(sum(distributed.all_gather(scored), []))
             for p, r, value, _ in everyone:
                 rewards[p, r] = value
             digest = hashlib.sha256(json.dumps([t for *_, t in everyone]).encode()).hexdigest()
-            skipped = skip_zero_advantage and bool((rewards == rewards[:, :1]).all())
+            skipped = settings.skip_zero_advantage and bool((rewards == rewards[:, :1]).all())
             update_start = time.perf_counter()
             if skipped:
                 loss, grad_norm = 0.0, float("nan")
@@ -210,7 +240,7 @@ def train_grpo(
                 loss, grad_norm = policy_update(
                     model, optimizer, [prompts[p] for p, _ in mine], completions,
                     torch.stack([advantages[p, r] for p, r in mine]),
-                    tokenizer.pad_token_id, grad_clip, torch_device, step_rollouts,
+                    tokenizer.pad_token_id, settings.grad_clip, torch_device, step_rollouts,
                 )
                 synchronize(torch_device)
             update_seconds = time.perf_counter() - update_start
@@ -230,34 +260,37 @@ def train_grpo(
             "step_seconds": step_seconds, "peak_mem_mb": peak_mb,
         }
         if main:
-            print(f"step {step + 1}/{steps} loss {loss:.4f} reward {row['reward_avg']:.3f}"
+            print(f"step {step + 1}/{settings.steps} loss {loss:.4f} reward {row['reward_avg']:.3f}"
                   f"{' (skipped: all rewards equal)' if skipped else ''}", flush=True)
-        if (step + 1) % eval_every == 0 or step + 1 == steps:
+        if (step + 1) % settings.eval_every == 0 or step + 1 == settings.steps:
             evaluate_into(model, row)
         return row
 
     trained = train_loop(
-        identity=identity, start_dir=model_dir, work_dir=work_dir, device=torch_device,
-        dtype=dtype, seed=seed, steps=steps, checkpoint_every=checkpoint_every,
-        make_optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=lr),
+        identity=identity, start_dir=model_dir, work_dir=files.work_dir, device=torch_device,
+        dtype=settings.dtype, seed=settings.seed, steps=settings.steps,
+        checkpoint_every=settings.checkpoint_every,
+        make_optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=settings.lr),
         first_rows=lambda model: [evaluate_into(model, {"step": 0})], take_step=take_step)
     if not main:
         return None
-    save_model(trained.model, out_model, source=model_dir)
+    save_model(trained.model, files.model, source=model_dir)
     log = pd.DataFrame(trained.rows)
-    with atomic_path(log_csv) as tmp:
+    with atomic_path(files.log_csv) as tmp:
         log.reindex(columns=LOG_COLUMNS).to_csv(tmp, index=False)
     world_size = distributed.world_size()
-    plot_curve(log, curve_png, f"GRPO {labels['model']} on {labels['dataset']} "
-                               f"({strategy}, bs {batch_size}, {device} x {world_size})")
+    plot_curve(log, files.curve_png,
+               f"GRPO {labels['model']} on {labels['dataset']} ({settings.strategy}, "
+               f"bs {settings.batch_size}, {settings.device} x {world_size})")
     metrics = labels | summarize(log) | {
-        "steps": steps, "num_rollouts": num_rollouts, "problems_per_step": problems_per_step,
+        "steps": settings.steps, "num_rollouts": settings.num_rollouts,
+        "problems_per_step": settings.problems_per_step,
         "world_size": world_size, "resumed_from_step": trained.resumed_from,
         "wall_seconds_this_run": trained.seconds,
-        "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
+        "strategy": settings.strategy, "batch_size": settings.batch_size, "dtype": settings.dtype,
     } | run_info(params, torch_device, __name__)
-    write_json(metrics, metrics_json)
-    finish_run(work_dir)
+    write_json(metrics, files.metrics_json)
+    finish_run(files.work_dir)
     return metrics
 
 

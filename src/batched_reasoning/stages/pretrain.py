@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -34,9 +35,26 @@ from ..training.loop import (
     pack,
     packed_token_mean_nll,
     run_identity,
-    settings_of,
     train_loop,
 )
+from ..training.settings import Settings, TrainingFiles
+
+
+@dataclass(frozen=True)
+class PretrainSettings(Settings):
+    """The toy model's pretraining settings (config `pretrain:`, and threads);
+    they are the run's identity with its data, starting weights and code."""
+
+    steps: int
+    batch_size: int
+    lr: float  # the peak, after `warmup` steps; cosine decay to a tenth
+    warmup: int
+    weight_decay: float
+    worked_share: float  # share of examples that show their work
+    checkpoint_every: int
+    seed: int
+    device: str
+    threads: int
 
 
 def learning_rate(step: int, steps: int, peak: float, warmup: int) -> float:
@@ -64,40 +82,40 @@ def pretraining_examples(records: list[dict], tokenizer: TextTokenizer, worked_s
     return examples
 
 
-def pretrain(
-    init_dir: str, train_path: str, out_dir: str, work_dir: str, log_csv: str, plot_png: str,
-    metrics_json: str, *, steps: int, batch_size: int, lr: float, warmup: int,
-    weight_decay: float, worked_share: float, checkpoint_every: int, seed: int, device: str,
-    threads: int, params: dict,
-) -> None:
-    """Train `init_dir`'s model on `train_path` for `steps` steps; write the model, its log,
-    loss plot and metrics. A checkpoint in `work_dir` is resumed only if the same run wrote it."""
-    identity = run_identity(__name__, settings_of(pretrain, locals()), [train_path], init_dir)
-    torch_device = resolve_device(device)
-    torch.set_num_threads(threads)
+def pretrain(init_dir: str, train_path: str, files: TrainingFiles, settings: PretrainSettings,
+             params: dict) -> None:
+    """Train `init_dir`'s model on `train_path` for `settings.steps` steps; write the model, its
+    log, loss plot and metrics. A checkpoint in `files.work_dir` is resumed only if the same run
+    wrote it."""
+    identity = run_identity(__name__, settings.as_dict(), [train_path], init_dir)
+    torch_device = resolve_device(settings.device)
+    torch.set_num_threads(settings.threads)
     tokenizer = TextTokenizer.from_model_dir(init_dir)
-    examples = pretraining_examples(read_jsonl(train_path), tokenizer, worked_share, seed)
-    if len(examples) < batch_size:
-        raise ValueError(f"{train_path}: {len(examples)} examples < batch_size {batch_size}")
+    examples = pretraining_examples(read_jsonl(train_path), tokenizer, settings.worked_share,
+                                    settings.seed)
+    if len(examples) < settings.batch_size:
+        raise ValueError(f"{train_path}: {len(examples)} examples < batch_size "
+                         f"{settings.batch_size}")
     lengths = [len(e.ids) for e in examples]
-    steps_per_epoch = math.ceil(len(examples) / batch_size)
+    steps_per_epoch = math.ceil(len(examples) / settings.batch_size)
     epoch_groups = {}
 
     def make_optimizer(model):
-        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
-                                 betas=(0.9, 0.95))
+        return torch.optim.AdamW(model.parameters(), lr=settings.lr,
+                                 weight_decay=settings.weight_decay, betas=(0.9, 0.95))
 
     def take_step(model, optimizer, step: int) -> dict:
         with PeakMemory(torch_device) as memory:
             tick = time.perf_counter()
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, steps, lr, warmup)
+                group["lr"] = learning_rate(step, settings.steps, settings.lr, settings.warmup)
             epoch, offset = divmod(step, steps_per_epoch)
             if epoch not in epoch_groups:
                 # Not sorted by length: batches of only short (bare) or only long (worked)
                 # answers made the toy fail to learn the habits' mix (tried: 0.27 accuracy).
                 epoch_groups.clear()
-                epoch_groups[epoch] = epoch_batches(lengths, batch_size, seed, epoch, False)
+                epoch_groups[epoch] = epoch_batches(lengths, settings.batch_size, settings.seed,
+                                                    epoch, False)
             chosen = [examples[i] for i in epoch_groups[epoch][offset]]
             # packed: the batch's short and long answers computed without padding between them
             input_ids, segment_ids, loss_mask = pack(chosen, tokenizer.pad_token_id, torch_device)
@@ -108,28 +126,30 @@ def pretrain(
             optimizer.step()
             seconds = time.perf_counter() - tick
         if (step + 1) % 50 == 0:
-            print(f"step {step + 1}/{steps} loss {loss.item():.4f}", flush=True)
+            print(f"step {step + 1}/{settings.steps} loss {loss.item():.4f}", flush=True)
         return {"step": step + 1, "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"],
                 "tokens_per_sec": int((segment_ids > 0).sum()) / seconds,
                 "step_seconds": seconds, "peak_mem_mb": memory.peak_mb}
 
     trained = train_loop(
-        identity=identity, start_dir=init_dir, work_dir=work_dir, device=torch_device,
-        dtype="float32", seed=seed, steps=steps, checkpoint_every=checkpoint_every,
+        identity=identity, start_dir=init_dir, work_dir=files.work_dir, device=torch_device,
+        dtype="float32", seed=settings.seed, steps=settings.steps,
+        checkpoint_every=settings.checkpoint_every,
         make_optimizer=make_optimizer, first_rows=lambda model: [], take_step=take_step)
-    save_model(trained.model, out_dir, source=init_dir)
+    save_model(trained.model, files.model, source=init_dir)
     log = pd.DataFrame(trained.rows)
-    with atomic_path(log_csv) as tmp:
+    with atomic_path(files.log_csv) as tmp:
         log.to_csv(tmp, index=False)
-    plot_loss(log, plot_png)
+    plot_loss(log, files.curve_png)
     write_json({
-        "steps": steps, "n_examples": len(examples),
-        "worked_examples": int(shows_work(len(examples), worked_share, seed).sum()),
+        "steps": settings.steps, "n_examples": len(examples),
+        "worked_examples": int(shows_work(len(examples), settings.worked_share,
+                                          settings.seed).sum()),
         "first_loss": trained.rows[0]["loss"], "final_loss": float(log["loss"].tail(20).mean()),
         "wall_seconds_this_run": trained.seconds, "peak_memory_mb": float(log["peak_mem_mb"].max()),
         "resumed_from_step": trained.resumed_from,
-    } | run_info(params, torch_device, __name__), metrics_json)
-    finish_run(work_dir)
+    } | run_info(params, torch_device, __name__), files.metrics_json)
+    finish_run(files.work_dir)
 
 
 def plot_loss(log: pd.DataFrame, png: str) -> None:

@@ -1,7 +1,8 @@
 """Shared pieces of the training stages (pretrain, GRPO, distillation).
 
 - the one training loop (`train_loop`): each stage supplies its step and its log before
-  training; the loop claims the work folder, resumes or starts, steps and checkpoints;
+  training; the loop claims the work folder, resumes or starts, steps and checkpoints (each
+  stage's settings are one typed object, `settings.py`);
 - examples (prompt + answer, trained on the answer) and their left-padded batches;
 - the token-level loss over chosen positions, averaged per example then over the batch, so batch
   size 1 and batch size N optimise the same objective (or over all tokens, for pretraining);
@@ -15,7 +16,6 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import random
 import shutil
@@ -163,13 +163,6 @@ def restore_random_states(states: dict) -> None:
     torch.set_rng_state(states["torch"].cpu())
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])
-
-
-def settings_of(stage, arguments: dict) -> dict:
-    """The settings of a call of a stage function: its keyword-only arguments (paths are
-    positional), without the provenance-only `params` and `labels`."""
-    return {name: arguments[name] for name, parameter in inspect.signature(stage).parameters.items()
-            if parameter.kind is parameter.KEYWORD_ONLY and name not in ("params", "labels")}
 
 
 def files_digest(paths) -> str:
