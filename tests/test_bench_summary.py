@@ -33,7 +33,8 @@ def test_the_command_reads_each_run_with_its_decode_table(tmp_path):
     for name, dtype in (("a", "bfloat16"), ("b", "float32")):
         run_table(dtype=dtype).to_csv(tmp_path / f"{name}.csv", index=False)
         step_table().to_csv(tmp_path / f"{name}-decode.csv", index=False)
-    table = main([str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
-                  "--markdown", str(tmp_path / "summary.md")])
+    # as a shell glob gives them: each run's decode table among the runs
+    table = main(sorted(str(path) for path in tmp_path.glob("*.csv"))
+                 + ["--markdown", str(tmp_path / "summary.md")])
     assert table.dtype.tolist() == ["bfloat16", "float32"]
     assert "best_vs_transformers_bs8" in (tmp_path / "summary.md").read_text()

@@ -87,3 +87,15 @@ def test_a_dtype_slower_than_float32_does_not_lower_the_machines_limit(monkeypat
     rates[torch.bfloat16] = 1900.0  # with AMX bfloat16 is the faster
     limits = measure_machine(torch.device("cpu"), torch.bfloat16, read_mb=1, repeats=1)
     assert (limits.matmul_gflop_s, limits.matmul_dtype) == (1900.0, "bfloat16")
+
+
+@pytest.mark.parametrize("seconds_per_product, timed_side", [(1.0, 256), (1e-6, 2048)])
+def test_a_dtype_too_slow_for_the_full_product_is_timed_smaller(monkeypatch, seconds_per_product,
+                                                               timed_side):
+    """A first 256² product estimates the rate; at one second for it (0.03 GFLOP/s, like
+    bfloat16 without a native kernel) a 2048² product would take over eight minutes, so the
+    timed one stays 256²; at a microsecond the full 2048² one is timed."""
+    clock = iter(i * seconds_per_product for i in range(1000))
+    monkeypatch.setattr(roofline.time, "perf_counter", lambda: next(clock))
+    rate = roofline.product_gflop_s(torch.device("cpu"), torch.float32, 2048, repeats=2)
+    assert rate == pytest.approx(2 * timed_side**3 / seconds_per_product / 1e9)

@@ -47,11 +47,29 @@ def _best_seconds(work, device: torch.device, repeats: int) -> float:
     return best
 
 
+# The longest one timed product may take, and the product that first estimates the rate.
+PRODUCT_SECONDS = 0.25
+PROBE_SIZE = 256
+
+
+def timed_size(size: int, estimated_gflop_s: float, seconds: float = PRODUCT_SECONDS) -> int:
+    """The side of the product to time: `size`, or smaller if a product of it would take over
+    `seconds` at the estimated rate (never under `PROBE_SIZE`, nor over `size`)."""
+    fits = int((estimated_gflop_s * 1e9 * seconds / 2) ** (1 / 3))
+    return min(size, max(fits, PROBE_SIZE))
+
+
 def product_gflop_s(device: torch.device, dtype: torch.dtype, size: int, repeats: int) -> float:
-    """The rate of a `size`² product in `dtype`, the best of `repeats`."""
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
-    return 2 * size**3 / _best_seconds(lambda: a @ b, device, repeats) / 1e9
+    """The rate of a square product of side `size` in `dtype`, the best of `repeats`. A
+    `PROBE_SIZE` product estimates the rate first, and a dtype too slow for `size` is timed
+    smaller (`timed_size`): bfloat16 without a native kernel (an AVX2 CPU) multiplies at
+    ~0.05 GFLOP/s, where a 2048² product takes minutes."""
+    def rate(side: int, repeats: int) -> float:
+        a = torch.randn(side, side, device=device).to(dtype)
+        b = torch.randn(side, side, device=device).to(dtype)
+        return 2 * side**3 / _best_seconds(lambda: a @ b, device, repeats) / 1e9
+
+    return rate(timed_size(size, rate(min(size, PROBE_SIZE), 1)), repeats)
 
 
 def measure_machine(device: torch.device, dtype: torch.dtype, read_mb: int = 512,

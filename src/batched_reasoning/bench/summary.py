@@ -7,12 +7,13 @@ NAME-decode.csv. This reads any number of them and reports, per run:
 - `pct_of_bound_bs1`: the batch-1 decode step's roofline bound over its measured time;
 - `attention_share_bs{N}`: attention's share of the profiled decode step at the largest batch.
 
-    python -m batched_reasoning.bench.summary native-bf16.csv avx2-bf16.csv ... [--markdown OUT.md]
+    python -m batched_reasoning.bench.summary native-*.csv avx2-*.csv ... [--markdown OUT.md]
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pandas as pd
 
@@ -35,9 +36,19 @@ def summary_row(runs: pd.DataFrame, steps: pd.DataFrame) -> dict:
     return row
 
 
+COMPANIONS = ("decode", "llama")  # the tables a run writes beside NAME.csv
+
+
+def runs_among(csvs: list[str]) -> list[str]:
+    """The run tables among `csvs`: a shell glob (`avx2-*.csv`) also matches the tables each
+    run writes beside its own (NAME-decode.csv), which are read with their run, not as runs."""
+    companions = {beside(csv, part) for csv in csvs for part in COMPANIONS}
+    return [csv for csv in csvs if Path(csv) not in companions]
+
+
 def summarize(csvs: list[str]) -> pd.DataFrame:
     return pd.DataFrame([summary_row(pd.read_csv(csv), pd.read_csv(beside(csv, "decode")))
-                         for csv in csvs])
+                         for csv in runs_among(csvs)])
 
 
 def main(argv=None) -> pd.DataFrame:
