@@ -1,0 +1,238 @@
+"""Every command README.md and docs/ give is run, so none can rot.
+
+Each documented command (`doc_commands.documented_commands`) is run in one of three places:
+- by CI, word for word (`.ci/run` and the `.ci/user-*.sh` it calls: the quick start's default
+  run, the rerun and report commands on that run, the installs, the SLURM service);
+- by a test in this module, word for word in a scratch folder that holds the files it names,
+  with the substitutions written beside it (the tiny model for Qwen3-0.6B's shape; a dry run
+  where the real run needs a site's cluster);
+- by a named test elsewhere that runs it at a smaller scale (the five-seed story check, the
+  Qwen config from a Hugging Face cache), whose source must hold the command's key words.
+A command added to the documents without a place fails `test_every_documented_command_is_run`.
+"""
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import shared_file
+from doc_commands import REPO, ci_commands, documented_commands, run_by_ci
+from workflow_helpers import copy_workflow
+
+from batched_reasoning.bench.cli import main as bench_main
+from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
+
+CI = "CI"
+README_BENCH = (
+    "python -m batched_reasoning.bench --checkpoint ckpt --prompts math500_test.json --n-prompts 16 "
+    "--batch-sizes 1,8,16 --strategies batched_stop,continuous --answer-lengths 16,32 "
+    "--transformers --dtype bfloat16 --threads 2 --cpu-class avx2 --csv avx2-bfloat16.csv")
+README_SUMMARY = "python -m batched_reasoning.bench.summary native-*.csv avx512-bf16-*.csv avx2-*.csv"
+MAKE_CHECKPOINT = ("python -m batched_reasoning.bench --make-checkpoint ckpt/qwen3-0.6b-random "
+                   "--shape qwen3-0.6b --tokenizer path/to/tokenizer.json")
+BENCH = (
+    "python -m batched_reasoning.bench --checkpoint ckpt/qwen3-0.6b-random --prompts "
+    "math500_test.json --n-prompts 16 --batch-sizes 1,4,8,16 --strategies batched_stop,continuous "
+    "--answer-lengths 16,256 --book --transformers --dtype bfloat16 --csv bench.csv --json bench.json")
+BENCH_MEMORY = (
+    "python -m batched_reasoning.bench.memory --checkpoint ckpt/qwen3-0.6b-random --prompts "
+    "math500_test.json --batch-sizes 1,4,8,16 --dtype float32 --csv memory.csv --json memory.json")
+LLAMA_BUILD = "python -m batched_reasoning.bench.llama_cpp build ~/llama.cpp"
+LLAMA_CONVERT = ("python -m batched_reasoning.bench.llama_cpp convert ckpt/qwen3-0.6b-random "
+                 "qwen3-0.6b-random.gguf --llama-cpp ~/llama.cpp --outtype bf16")
+LLAMA_BENCH = (
+    "python -m batched_reasoning.bench --checkpoint ckpt/qwen3-0.6b-random --prompts "
+    "math500_test.json --n-prompts 16 --batch-sizes 1,8,16 --strategies batched_stop,continuous "
+    "--answer-lengths 16,128 --dtype bfloat16 --threads 2 --csv bench.csv --llama-batched-bench "
+    "~/llama.cpp/build/bin/llama-batched-bench --gguf qwen3-0.6b-random.gguf")
+CLUSTER = ("snakemake --workflow-profile profiles/slurm --default-resources "
+           "slurm_account=MYACCOUNT slurm_partition=MYPARTITION")
+CLUSTER_SITE = "snakemake --profile mysite --workflow-profile profiles/slurm --configfile mysite.yaml"
+SLURM_WATCH = ["sinfo", "squeue -u $USER", "sacct -X -o JobID,JobName%40,Comment%30,State,Elapsed"]
+REAL_MODEL = "tests/test_real_path.py::test_the_qwen_config_runs_offline_from_the_hugging_face_cache"
+
+# Where each documented command runs: CI, a test of this module, or (test, its key words).
+RUN_BY = {
+    "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && "
+    "pip install -e . && snakemake --cores 1": CI,
+    "pip install -e '.[dev,slurm]' && pip install --no-deps reasoning-from-scratch==0.2.0 && "
+    "python -m pytest -q": CI,
+    "snakemake --cores 1": CI,
+    "snakemake --cores all": CI,
+    "snakemake --report results/report.zip": CI,
+    "snakemake": CI,
+    "snakemake -n": CI,
+    "snakemake --list-changes params": CI,
+    "snakemake --touch": CI,
+    "snakemake --cleanup-metadata FILE…": CI,
+    "snakemake --unlock": CI,
+    "snakemake --forcerun grpo distill": CI,
+    "pip install -e '.[slurm]'": CI,
+    ".ci/slurm/up.sh": CI,
+    ".ci/slurm/down.sh": CI,
+    "python -m batched_reasoning.bench.llama_cpp build DIR": CI,
+    README_BENCH: "test_readme_benchmark_on_each_cpu_class_and_its_summary",
+    README_SUMMARY: "test_readme_benchmark_on_each_cpu_class_and_its_summary",
+    MAKE_CHECKPOINT: "test_benchmarking_commands",
+    BENCH: "test_benchmarking_commands",
+    BENCH_MEMORY: "test_benchmarking_commands",
+    LLAMA_BUILD: "test_llama_cpp_commands",
+    LLAMA_CONVERT: "test_llama_cpp_commands",
+    LLAMA_BENCH: "test_llama_cpp_commands",
+    CLUSTER: "test_cluster_commands_plan_their_jobs",
+    CLUSTER_SITE: "test_cluster_commands_plan_their_jobs",
+    **{command: "test_slurm_watching_commands" for command in SLURM_WATCH},
+    "snakemake --cores 1 --configfile configs/qwen3-0.6b-math500.yaml":
+        (REAL_MODEL, ["configs/qwen3-0.6b-math500.yaml"]),
+    "snakemake --cores 4 --configfile configs/qwen3-0.6b-math500.yaml":
+        (REAL_MODEL, ["configs/qwen3-0.6b-math500.yaml"]),
+    "python -m batched_reasoning.workflow.story --seeds 0-4 --cpu-classes native,avx2":
+        ("tests/test_story.py::test_the_story_check_runs_every_seed_on_every_cpu_class",
+         ["batched_reasoning.workflow.story", "--seeds", "--cpu-classes", "native,avx2"]),
+}
+# As many problems as the largest documented batch, so that every batch size is a real one.
+PROBLEMS = [f"Ann has {n} apples and gets {3 * n + 1} more. How many apples does Ann have?"
+            for n in range(8)] + [f"Find the remainder when 2^{n} is divided by 7." for n in range(8)]
+
+
+def test_every_documented_command_is_run():
+    documented = documented_commands()
+    unplaced = {c: where for c, where in documented.items() if c not in RUN_BY}
+    assert not unplaced, f"documented commands that nothing runs (add each to RUN_BY): {unplaced}"
+    gone = [c for c in RUN_BY if c not in documented]
+    assert not gone, f"RUN_BY holds commands no document gives any more: {gone}"
+    ci = ci_commands()
+    tests_here = {node.name for node in ast.parse(Path(__file__).read_text()).body
+                  if isinstance(node, ast.FunctionDef)}
+    for command, place in RUN_BY.items():
+        if place == CI:
+            assert not run_by_ci(command, ci), (
+                f"{command!r} ({documented[command]}): CI does not run {run_by_ci(command, ci)}")
+        elif isinstance(place, str):
+            assert place in tests_here, f"{command!r}: no test {place} here"
+        else:
+            test, key_words = place
+            path, name = test.split("::")
+            functions = {node.name: ast.get_source_segment((REPO / path).read_text(), node)
+                         for node in ast.parse((REPO / path).read_text()).body
+                         if isinstance(node, ast.FunctionDef)}
+            assert name in functions, f"{command!r}: {test} does not exist"
+            missing = [word for word in key_words if word not in functions[name]]
+            assert not missing, f"{command!r}: {test} does not use {missing}"
+
+
+def test_a_command_ci_does_not_run_is_found():
+    """The check above can fail: a documented flag CI's line lacks, a command it never runs."""
+    ci = ci_commands()
+    assert run_by_ci("snakemake --cores 1", ci) == []
+    assert run_by_ci("snakemake --cores 2", ci) == ["snakemake --cores 2"]
+    assert run_by_ci("pip install -e . && snakemake --dag", ci) == ["snakemake --dag"]
+    assert run_by_ci("snakemake --cleanup-metadata FILE…", ci) == []  # a placeholder: any file
+
+
+def shell(command: str, cwd: Path, env: dict | None = None, timeout: int = 900):
+    """Run a documented command as a reader would, in `cwd`, with this interpreter first on the
+    PATH (so `python` is the one the tests run under)."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    proc = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=os.environ | {"PATH": path} | (env or {}))
+    assert proc.returncode == 0, f"{command}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def scratch_with_model_files(root: Path, tokenizer: Path | None = None) -> Path:
+    """A folder holding what the benchmark commands name: `path/to/tokenizer.json` (`tokenizer`,
+    or a toy one) and `math500_test.json` (16 problems in MATH-500's format)."""
+    (root / "path/to").mkdir(parents=True)
+    if tokenizer is None:
+        train_toy_tokenizer(PROBLEMS * 4, vocab_size=300).save(str(root / "path/to/tokenizer.json"))
+    else:
+        shutil.copy(tokenizer, root / "path/to/tokenizer.json")
+    (root / "math500_test.json").write_text(json.dumps([{"problem": p, "answer": "1"}
+                                                        for p in PROBLEMS]))
+    return root
+
+
+def tiny(command: str) -> str:
+    """Qwen3-0.6B's shape as the tiny one: the same command at a size a test can afford."""
+    assert "--shape qwen3-0.6b" in command
+    return command.replace("--shape qwen3-0.6b", "--shape tiny")
+
+
+def test_readme_benchmark_on_each_cpu_class_and_its_summary(tmp_path):
+    """The README's per-class benchmark (`ckpt` here: the tiny model), run for each class as the
+    README ran it, then its summary over the three runs."""
+    scratch = scratch_with_model_files(tmp_path)
+    bench_main(["--make-checkpoint", str(scratch / "ckpt"), "--shape", "tiny",
+                "--tokenizer", str(scratch / "path/to/tokenizer.json")])
+    for cpu_class in ("avx2", "avx512-bf16", "native"):
+        shell(README_BENCH.replace("avx2", cpu_class), scratch)
+    summary = shell(README_SUMMARY, scratch)
+    for cpu_class in ("avx2", "avx512-bf16", "native"):
+        assert cpu_class in summary
+        table = pd.read_csv(scratch / f"{cpu_class}-bfloat16.csv")
+        assert set(table.cpu_class) == {cpu_class}
+        assert set(table.batch_size) == {1, 8, 16}
+
+
+def test_benchmarking_commands(tmp_path):
+    scratch = scratch_with_model_files(tmp_path)
+    shell(tiny(MAKE_CHECKPOINT), scratch)
+    shell(BENCH, scratch)
+    table = pd.read_csv(scratch / "bench.csv")
+    assert {"ours", "book", "transformers"} <= set(table.implementation)
+    assert json.loads((scratch / "bench.json").read_text())["rows"]
+    shell(BENCH_MEMORY, scratch)
+    memory = pd.read_csv(scratch / "memory.csv")
+    assert sorted(memory.batch_size) == [1, 4, 8, 16]
+
+
+@pytest.mark.skipif(not os.environ.get("LLAMA_CPP"),
+                    reason="needs a llama.cpp built by `python -m batched_reasoning.bench.llama_cpp "
+                           "build DIR` named by LLAMA_CPP")
+def test_llama_cpp_commands(tmp_path):
+    """docs/benchmarking.md's llama.cpp commands, with `~/llama.cpp` as the one LLAMA_CPP names
+    (built, so the build command only checks it), on Qwen3's tokenizer (llama.cpp's converter
+    knows its pre-tokenizer, not the toy one's)."""
+    def here(command: str) -> str:
+        return command.replace("~/llama.cpp", os.environ["LLAMA_CPP"])
+
+    scratch = scratch_with_model_files(tmp_path, shared_file("qwen3-tokenizer.json"))
+    shell(tiny(MAKE_CHECKPOINT), scratch)
+    for command in (LLAMA_BUILD, LLAMA_CONVERT, LLAMA_BENCH):
+        shell(here(command), scratch, timeout=1800)
+    peer = pd.read_csv(scratch / "bench-llama.csv")  # llama.cpp's rows, beside ours
+    assert peer.batch_size.tolist() == [1, 8, 16] and (peer.tokens_per_s > 0).all()
+
+
+def test_cluster_commands_plan_their_jobs(tmp_path):
+    """docs/cluster.md's two SLURM commands as dry runs (`-n`) of the default config: the site's
+    account and partition reach every job. (tests/test_slurm_workflow.py runs the profile on a
+    real one-node SLURM.) The user profile and site config are the document's own blocks."""
+    workdir = copy_workflow(tmp_path / "run")
+    plan = shell(CLUSTER + " -n", workdir)
+    assert "slurm_account=MYACCOUNT" in plan and "slurm_partition=MYPARTITION" in plan
+    blocks = re.findall(r"```yaml\n(.*?)```", (REPO / "docs/cluster.md").read_text(), re.S)
+    (workdir / "mysite").mkdir()
+    (workdir / "mysite/config.yaml").write_text(textwrap.dedent(blocks[0]))
+    (workdir / "mysite.yaml").write_text(textwrap.dedent(blocks[1]))
+    plan = shell(CLUSTER_SITE + " -n", workdir)
+    assert "slurm_account=MYACCOUNT" in plan and "slurm_partition=short" in plan
+
+
+@pytest.mark.skipif(shutil.which("sinfo") is None
+                    or subprocess.run(["sinfo"], capture_output=True).returncode != 0,
+                    reason="needs a SLURM cluster that answers (CI starts one: .ci/slurm/up.sh)")
+def test_slurm_watching_commands(tmp_path):
+    user = {"USER": os.environ.get("USER") or subprocess.run(
+        ["id", "-un"], capture_output=True, text=True).stdout.strip()}
+    for command in SLURM_WATCH:
+        shell(command, tmp_path, env=user)
