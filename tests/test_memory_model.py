@@ -184,3 +184,63 @@ def test_an_mps_run_is_predicted_measured_and_tabled(tmp_path, monkeypatch):
                            [tmp_path / s / "records.jsonl" for s in ("sequential", "batched_stop")])
     assert (table["matches_sequential"] == "yes").all()
     assert PeakMemory("mps").measure == MEASURES["mps"]  # what a Mac's table says
+
+
+# --- the CUDA prediction against the fused attention's allocator peak (where a GPU exists) ----
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="needs a CUDA GPU: the allocator peak of the fused attention")
+MEASURE_CUDA = """
+import json, sys, torch
+from batched_reasoning.model.config import Qwen3Config
+from batched_reasoning.engine.generation import generate
+from batched_reasoning.core.memory import PeakMemory
+from batched_reasoning.model.qwen3 import Qwen3
+config, dtype, (batch, prompt, new) = json.loads(sys.argv[1]), sys.argv[2], map(int, sys.argv[3:])
+torch.manual_seed(0)
+model = Qwen3(Qwen3Config(**config)).to("cuda", getattr(torch, dtype)).eval()
+prompts = torch.randint(4, 1000, (batch, prompt)).tolist()
+with PeakMemory("cuda") as memory:
+    generate(model, prompts, strategy="batched", batch_size=batch, max_new_tokens=new,
+             eos_token_id=None, pad_token_id=0)
+print(memory.peak_mb)
+"""
+QWEN3_BODY = {  # Qwen3-0.6B's heads and widths on four layers: every layer holds the same
+    "vocab_size": 151_936, "hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 16,
+    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
+    "max_position_embeddings": 40_960,
+}
+
+
+def measured_cuda_peak_mb(config: dict, dtype: str, batch: int, prompt: int, new: int) -> float:
+    """The allocator's peak (tensors only, weights included) of a generation in a fresh process:
+    a caught OOM or an earlier run would leave a fragmented cache behind."""
+    out = subprocess.run([sys.executable, "-c", MEASURE_CUDA, json.dumps(config), dtype,
+                          str(batch), str(prompt), str(new)],
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("batch, prompt", [(1, 512), (8, 1000), (16, 2048)])
+def test_cuda_prediction_is_the_fused_attentions_allocator_peak(dtype, batch, prompt):
+    """No process runtime on CUDA: the prediction is the allocator's peak itself. At 16 x 2048
+    the math path's scores alone (2 x 16 x 16 x 2048² x 2 bytes = 4 GiB) would be most of it."""
+    predicted = predict_peak_mb(Qwen3Config(**QWEN3_BODY), dtype, batch, prompt, 8, "cuda")
+    measured = measured_cuda_peak_mb(QWEN3_BODY, dtype, batch, prompt, 8)
+    assert measured == pytest.approx(predicted["total"], rel=0.10), predicted
+
+
+@CUDA
+def test_cuda_activations_grow_as_predicted():
+    """From 1024 to 4096 prompt tokens at batch 8 in bfloat16 the activations (the mask and its
+    per-group copies grow with T²) make most of the growth; the rest is the KV cache."""
+    config = Qwen3Config(**QWEN3_BODY)
+    before, after = (predict_peak_mb(config, "bfloat16", 8, prompt, 1, "cuda")
+                     for prompt in (1024, 4096))
+    predicted = after["total"] - before["total"]
+    assert after["activations"] - before["activations"] >= 0.5 * predicted
+    grown = (measured_cuda_peak_mb(QWEN3_BODY, "bfloat16", 8, 4096, 1)
+             - measured_cuda_peak_mb(QWEN3_BODY, "bfloat16", 8, 1024, 1))
+    assert grown == pytest.approx(predicted, rel=0.25)

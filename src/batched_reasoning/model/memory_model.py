@@ -11,12 +11,15 @@ The prediction adds up what is alive at the worst moment, the prefill of a full 
   stream and its normed copy; attention's queries, keys, values and the rotary-embedding
   temporaries of the queries; the MLP's gate, up and their product (each batch x prompt_len x
   intermediate); and the causal-and-padding mask (batch x T x T). On CUDA the caching allocator
-  reuses attention's freed blocks for the MLP, so the larger of the two counts; attention with a
-  padding mask and grouped-query heads runs PyTorch's math path there, which also materialises
-  the scores and probabilities (batch x heads x T x T) and the keys/values repeated to every
-  query head. On CPU the fused attention kernel works block by block (no T x T scores, but a
-  float copy of the mask), and the C allocator does not hand attention's freed blocks to the
-  MLP's larger tensors, so attention and MLP add up.
+  reuses attention's freed blocks for the MLP, so the larger of the two counts; attention there
+  is the fused memory-efficient kernel on grouped-query heads folded into the query length
+  (`attention.folded_attention`): no T x T scores, but a copy of the queries, the mask repeated
+  per group (batch x groups x T x T) and the kernel's additive copy of it in the model's dtype
+  (and one padded to a multiple of 16 key columns). This CUDA count follows PyTorch's code; it
+  has not yet been held against a GPU's allocator peak (tests/test_memory_model.py does that
+  where a GPU exists). On CPU the fused attention kernel works block by block (no T x T scores,
+  but a float copy of the mask), and the C allocator does not hand attention's freed blocks to
+  the MLP's larger tensors, so attention and MLP add up.
 - logits: batch x vocab float32 scores of one position (prefill projects only the last one);
   on CPU twice that for the batch sizes whose product `kernels.Linear` computes transposed (its
   result is made contiguous in a copy).
@@ -73,8 +76,13 @@ def _activation_bytes(c: Qwen3Config, size: int, batch: int, time: int, device_t
     if device_type == "cpu":
         mask = batch * time * time * (1 + 4)  # boolean, and the kernel's float copy
         return CPU_ALLOCATOR_OVERHEAD * (residual + attention + mlp + mask)
-    attention += 2 * batch * c.num_attention_heads * time * time * size  # scores, probabilities
-    attention += 2 * tokens * query * size  # keys and values repeated per query head
+    # The fused kernel keeps no scores; the group's query heads are folded into the query length
+    # (`attention.folded_attention`): a copy of the queries, the mask repeated per group, and
+    # the kernel's additive copy of that mask in the model's dtype, padded to 16 key columns.
+    groups = c.num_attention_heads // c.num_key_value_heads
+    if groups > 1:
+        attention += tokens * query * size + batch * groups * time * time
+    attention += 2 * batch * groups * time * -(-time // 16) * 16 * size
     return residual + max(attention, mlp) + batch * time * time
 
 
