@@ -157,3 +157,31 @@ def test_a_trial_over_the_cpu_budget_is_stopped_not_left_to_the_oom_killer(stage
                                          "headroom: batch size 1 over budget, peak [0-9]+ MB "
                                          r"\(stopped at"):
         probe_here(stage_files, "evaluate", 100)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU to run out of")
+def test_a_gpu_out_of_memory_ends_the_probe_and_the_size_before_it_is_chosen(tmp_path):
+    """1024 prompts of ~4000 tokens on a tiny model: the prefill's mask and its per-group
+    copies take ~0.3 GB a row, so doubling the batch runs the GPU out of memory well before
+    1024 rows. The trial reports CUDA's OutOfMemoryError as `oom` (not a failure), the probe
+    stops there, and a size that ran is chosen. The budget is set far above the GPU so that
+    the OOM, not the budget, stops it."""
+    source = tmp_path / "source"
+    source.mkdir()
+    problem = " ".join(["7"] * 4000)
+    tokenizer = train_toy_tokenizer([problem, "The answer is 7."], 300)
+    tokenizer.save(str(source / "tokenizer.json"))
+    model = random_model(vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+                         max_position_embeddings=8192)
+    save_model(model, tmp_path / "model", source=source)
+    write_jsonl([{"problem": problem, "answer": "7"}] * 1024, tmp_path / "test.jsonl")
+    record = autotune.probe(
+        "evaluate", str(tmp_path / "model"), str(tmp_path / "test.jsonl"),
+        str(tmp_path / "probe.json"), device="cuda", dtype="float32", threads=1,
+        prompt_style="base", settings=SETTINGS | {"max_new_tokens": 2}, memory_budget_mb=10**8,
+        seed=0, params={"seed": 0}, labels={"model": "random", "dataset": "long", "device": "cuda"})
+    statuses = [t["status"] for t in record["trials"]]
+    assert statuses[-1] == "oom" and set(statuses[:-1]) == {"ok"}, record["trials"]
+    assert "OutOfMemoryError" in record["trials"][-1]["note"]
+    assert record["batch_size"] < record["trials"][-1]["batch_size"]
+    assert record["gpu_memory_mb"] > 0
