@@ -70,7 +70,6 @@ RUN_BY = {
     "snakemake --report results/report.zip": CI,
     "snakemake": CI,
     "snakemake -n": CI,
-    "snakemake --list-changes params": CI,
     "snakemake --touch": CI,
     "snakemake --cleanup-metadata FILE…": CI,
     "snakemake --unlock": CI,
