@@ -49,7 +49,10 @@ def load_model(directory: str | Path, dtype: str = "float32", device: str = "cpu
     The weights are copied out of the memory-mapped file even when no conversion is needed:
     a mapped page joins the process's RSS only once touched, so with mapped weights the RSS
     after loading would not count them (the memory model's baseline is that RSS minus the
-    weights) and would grow during the first forward pass instead.
+    weights) and would grow during the first forward pass instead. The file is mapped anew for
+    each tensor: pages touched stay in the RSS while the file is mapped, so one mapping for all
+    of them peaked at twice the weights (4.8 GB for Qwen3-0.6B in float32), enough to fail a
+    job sized for the model; now the peak is the weights plus one tensor.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -63,16 +66,18 @@ def load_model(directory: str | Path, dtype: str = "float32", device: str = "cpu
     tensors: dict[str, torch.Tensor] = {}
     for file in files:
         with safe_open(file, framework="pt", device="cpu") as f:
-            for key in f.keys():
-                if key not in expected:
-                    raise CheckpointError(f"{file}: unexpected parameter {key!r}")
-                tensor = f.get_tensor(key)
-                if tensor.shape != expected[key].shape:
-                    raise CheckpointError(
-                        f"{file}: parameter {key!r} has shape {tuple(tensor.shape)}, "
-                        f"config.json implies {tuple(expected[key].shape)}"
-                    )
-                tensors[key] = tensor.to(torch_dtype, copy=True)
+            keys = list(f.keys())
+        for key in keys:
+            if key not in expected:
+                raise CheckpointError(f"{file}: unexpected parameter {key!r}")
+            with safe_open(file, framework="pt", device="cpu") as f:
+                tensor = f.get_tensor(key).to(torch_dtype, copy=True)
+            if tensor.shape != expected[key].shape:
+                raise CheckpointError(
+                    f"{file}: parameter {key!r} has shape {tuple(tensor.shape)}, "
+                    f"config.json implies {tuple(expected[key].shape)}"
+                )
+            tensors[key] = tensor
     if cfg.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
         tensors["lm_head.weight"] = tensors.get("model.embed_tokens.weight")
