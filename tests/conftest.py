@@ -36,6 +36,14 @@ def packs_from_4_rows(monkeypatch):
     monkeypatch.setattr(kernels, "pack_from_rows", lambda dtype, layer_shape, layers: 4)
 
 
+def training_files(out) -> dict:
+    """Where a training run into folder `out` writes, as `TrainingFiles` fields (JSON, so a run
+    in another process can be handed them)."""
+    return {"model": str(out / "model"), "log_csv": str(out / "log.csv"),
+            "curve_png": str(out / "curve.png"), "metrics_json": str(out / "metrics.json"),
+            "work_dir": str(out / "checkpoints")}
+
+
 def random_model(seed: int = 0, **overrides) -> Qwen3:
     """A randomly initialised Qwen3 whose norms are not all ones (so they are tested too)."""
     torch.manual_seed(seed)

@@ -7,7 +7,7 @@ import shutil
 import pandas as pd
 import pytest
 import torch
-from conftest import random_model, shared_file
+from conftest import random_model, shared_file, training_files
 
 import batched_reasoning.stages.distill as distill_module
 from batched_reasoning.world.arith import make_arith
@@ -198,10 +198,8 @@ def run(toy_dir, tmp_path, teacher, name, **overrides):
                     max_examples=None,
                     use_think_tokens=True, sort_by_length=True, grad_clip=1.0, seed=3, log_every=5,
                     checkpoint_every=3, threads=1) | overrides
-    files = TrainingFiles(model=str(out / "model"), log_csv=str(out / "log.csv"),
-                          curve_png=str(out / "curve.png"), metrics_json=str(out / "metrics.json"),
-                          work_dir=str(out / "checkpoints"))
-    metrics = distill(str(toy_dir), str(teacher), files, DistillSettings(**settings),
+    metrics = distill(str(toy_dir), str(teacher), TrainingFiles(**training_files(out)),
+                      DistillSettings(**settings),
                       params={k: v for k, v in settings.items() if k != "threads"},
                       labels={"model": "tiny", "dataset": "arith", "batch_size": "4", "device": "cpu"})
     return out, metrics

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from conftest import random_model
+from conftest import random_model, training_files
 from safetensors.torch import load_file
 
 from batched_reasoning.stages import distill as distill_module
@@ -155,13 +155,6 @@ def test_grpo_gradient_on_uneven_shares_is_the_whole_steps(setup):
 
 # --- weights after several steps ----------------------------------------------------------
 
-def files_in(out) -> dict:
-    """Where a training run into `out` writes, as `TrainingFiles` fields."""
-    return {"model": str(out / "model"), "log_csv": str(out / "log.csv"),
-            "curve_png": str(out / "curve.png"), "metrics_json": str(out / "metrics.json"),
-            "work_dir": str(out / "checkpoints")}
-
-
 def distill_spec(root, name, **overrides) -> dict:
     """One distillation run into `root/name`, in JSON (to hand to another process)."""
     settings = dict(prompt_style="base", batch_size=2, examples_per_step=5, device="cpu",
@@ -170,7 +163,7 @@ def distill_spec(root, name, **overrides) -> dict:
                     use_think_tokens=True, sort_by_length=True, grad_clip=1.0, seed=3,
                     log_every=1000, checkpoint_every=1000, threads=1) | overrides
     return {"model": str(root / "model"), "teacher": str(root / "teacher.json"),
-            "files": files_in(root / name), "settings": settings, "params": dict(settings),
+            "files": training_files(root / name), "settings": settings, "params": dict(settings),
             "labels": {"model": "tiny"}}
 
 
@@ -232,7 +225,7 @@ def grpo_args(root, name, **overrides) -> list:
                     checkpoint_every=2, eval_every=2, eval_problems=6, train_problems=None,
                     skip_zero_advantage=False, prompt_style="base", threads=1) | overrides
     return [str(root / "model"), str(root / "train.jsonl"), str(root / "test.jsonl"),
-            TrainingFiles(**files_in(root / name)), GRPOSettings(**settings), dict(settings),
+            TrainingFiles(**training_files(root / name)), GRPOSettings(**settings), dict(settings),
             {"model": "tiny", "dataset": "arith"}]
 
 

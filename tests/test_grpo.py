@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY, random_model
+from conftest import TINY, random_model, training_files
 from safetensors.torch import load_file
 
 from batched_reasoning.stages import grpo as grpo_module
@@ -76,10 +76,8 @@ def run(setup, name, train="train.jsonl", **overrides):
     """One training run into `setup/name`; returns its metrics."""
     config = CONFIG | overrides
     out = setup / name
-    files = TrainingFiles(model=str(out / "model"), log_csv=str(out / "log.csv"),
-                          curve_png=str(out / "curve.png"), metrics_json=str(out / "metrics.json"),
-                          work_dir=str(out / "checkpoints"))
-    return train_grpo(setup / "model", setup / train, setup / "test.jsonl", files,
+    return train_grpo(setup / "model", setup / train, setup / "test.jsonl",
+                      TrainingFiles(**training_files(out)),
                       GRPOSettings(**config), params=config,
                       labels={"model": "tiny", "dataset": "zeros"})
 

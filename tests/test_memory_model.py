@@ -88,7 +88,6 @@ def test_bad_arguments():
 MEASURE = """
 import json, sys, torch
 from batched_reasoning.model.config import Qwen3Config
-from batched_reasoning.model.qwen3 import Qwen3
 from batched_reasoning.engine.generation import generate
 from batched_reasoning.core.memory import PeakMemory
 from batched_reasoning.model.qwen3 import Qwen3
@@ -195,7 +194,6 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
 MEASURE_CUDA = """
 import json, sys, torch
 from batched_reasoning.model.config import Qwen3Config
-from batched_reasoning.model.qwen3 import Qwen3
 from batched_reasoning.engine.generation import generate
 from batched_reasoning.core.memory import PeakMemory
 from batched_reasoning.model.qwen3 import Qwen3

@@ -9,6 +9,7 @@ import time
 import pandas as pd
 import pytest
 import torch
+from conftest import training_files
 from safetensors.torch import load_file
 
 from batched_reasoning.world.arith import direct_answer, make_arith
@@ -36,9 +37,6 @@ def run_pretrain(root, out, steps, checkpoint_every=10**6):
     settings = dict(steps=steps, batch_size=8, lr=3e-3, warmup=5, weight_decay=0.01,
                     worked_share=0.4, checkpoint_every=checkpoint_every, seed=0, device="cpu",
                     threads=1)
-    files = dict(model=str(out / "model"), log_csv=str(out / "log.csv"),
-                 curve_png=str(out / "loss.png"), metrics_json=str(out / "metrics.json"),
-                 work_dir=str(out / "checkpoints"))
     code = (
         "from batched_reasoning.stages.pretrain import PretrainSettings, pretrain; "
         "from batched_reasoning.training.settings import TrainingFiles; import json, sys; "
@@ -48,7 +46,7 @@ def run_pretrain(root, out, steps, checkpoint_every=10**6):
     )
     return subprocess.Popen([sys.executable, "-c", code, str(root / "init"),
                              str(root / "train.jsonl"),
-                             json.dumps({"files": files, "settings": settings})])
+                             json.dumps({"files": training_files(out), "settings": settings})])
 
 
 def test_loss_falls_and_checkpoint_reloads(init, tmp_path):
