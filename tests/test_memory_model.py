@@ -111,7 +111,8 @@ WIDE = {  # a vocabulary as large as Qwen3's on a small body: the logits are wha
 def measured_peak_mb(config: dict, batch: int, prompt: int, new: int, runs: int = 3,
                      distinct: int | None = None) -> float:
     """Peak RSS of a generation in fresh processes (nothing earlier hides in their RSS), the
-    highest of a few: sampling every millisecond can miss a short-lived peak (seen: 30 MB)."""
+    highest of a few: where the heap's pages land varies from process to process (seen: 30 MB
+    of 540 in the kernel's exact peak, so one process alone can mislead by that much)."""
     peaks = []
     for _ in range(runs):
         out = subprocess.run(

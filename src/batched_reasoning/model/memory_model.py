@@ -31,8 +31,11 @@ CPU figures are process RSS, so constants calibrated on this project's CPU machi
 2 threads) against `memory.PeakMemory` around `generate(strategy="batched")` carry what the
 shapes cannot: `CPU_IMPORTS_MB`, the RSS after `import torch` and this package (the baseline
 when none is measured), `CPU_FIRST_PASS_MB`, and `CPU_ALLOCATOR_OVERHEAD`, the factor by which
-heap fragmentation inflates the activations' RSS (the allocator keeps freed blocks). Over batch
-1-16, prompts of 128 and 512 tokens and two model shapes the total stayed within 10%. A process
+heap fragmentation inflates the activations' RSS (the allocator keeps freed blocks). Against
+the kernel's exact peak (`bench.memory`, Qwen3-0.6B's shape in float32, the first 1-16 MATH-500
+prompts, 32 new tokens) the total was 0 to 3% under the peak at batch 1-4 and 5-15% over it at
+8-16 (2 threads; 1 thread with AVX2 kernels: up to 15%): the activations' factor, fitted on
+smaller models, is generous at this width, which errs on the safe side for a budget. A process
 that holds more (a workflow job also imports Snakemake's script runtime and math-verify, and
 loading a checkpoint pulls in more of torch) passes its measured RSS after loading the model,
 minus the weights, as `baseline_mb`.
