@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -62,7 +63,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_hub(call: str, cache: Path, offline: bool = True, endpoint: str | None = None) -> dict:
+def run_hub(call: str, cache: Path, offline: bool = True, endpoint: str | None = None,
+            umask: int = -1) -> dict:
     """Run `call` (an expression using download_model/download_dataset_file) in a fresh interpreter."""
     code = textwrap.dedent(f"""
         import json
@@ -83,7 +85,8 @@ def run_hub(call: str, cache: Path, offline: bool = True, endpoint: str | None =
         env["HF_HUB_OFFLINE"] = "1"
     if endpoint:
         env["HF_ENDPOINT"] = endpoint
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60, umask=umask)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -193,6 +196,17 @@ def test_download_dataset_file(tmp_path, cache):
     pinned = tmp_path / "data" / "pinned.jsonl"
     run_hub(f"download_dataset_file('org/data', 'test.jsonl', {str(pinned)!r}, revision='v2')", cache)
     assert pinned.read_bytes() == b'{"q": 2}\n'
+
+
+def test_downloads_take_the_users_umask(tmp_path, cache):
+    """A group that shares resources/ (umask 002) can write what one member downloaded."""
+    cache_repo(cache, "model", "org/name", COMMIT_A, model_files(tmp_path, "A"))
+    cache_repo(cache, "dataset", "org/data", COMMIT_A, {"test.jsonl": b"{}\n"})
+    model, data = tmp_path / "shared" / "m", tmp_path / "shared" / "test.jsonl"
+    run_hub(f"download_model('org/name', {str(model)!r})", cache, umask=0o002)
+    run_hub(f"download_dataset_file('org/data', 'test.jsonl', {str(data)!r})", cache, umask=0o002)
+    assert stat.S_IMODE(model.stat().st_mode) == 0o775
+    assert stat.S_IMODE(data.stat().st_mode) == 0o664
 
 
 def test_download_dataset_file_not_cached(tmp_path, cache):

@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 import signal
+import stat
 import subprocess
 import time
 
@@ -101,6 +102,19 @@ def test_outputs_are_never_write_protected(complete_run):
     for top in OUTPUT_DIRS:
         for path in (complete_run / top).rglob("*"):
             assert path.stat().st_mode & 0o200, f"{path} is not writable by its owner"
+
+
+def test_outputs_have_the_users_permissions(complete_run):
+    """Outputs are made with the user's umask like any file of theirs: a cluster group that
+    shares a results directory can read every checkpoint and table (tempfile's owner-only mode
+    and safetensors' own file creation would hide them)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for top in OUTPUT_DIRS:
+        for path in (complete_run / top).rglob("*"):
+            wanted = (0o777 if path.is_dir() else 0o666) & ~umask
+            assert stat.S_IMODE(path.stat().st_mode) & 0o666 == wanted & 0o666, (
+                f"{path} has mode {oct(stat.S_IMODE(path.stat().st_mode))}, umask {oct(umask)}")
 
 
 def test_second_run_does_nothing(workdir):

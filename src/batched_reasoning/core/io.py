@@ -14,15 +14,17 @@ from typing import Iterable, Iterator
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
 
-    The file is created with the user's umask like any other (a cluster group can read results),
-    not with the owner-only mode of `tempfile`.
+    The file gets the user's umask like any other (a cluster group can read results), not the
+    owner-only mode of `tempfile`, nor that of a writer that makes its own file (safetensors).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    mode = tmp.stat().st_mode
     try:
         yield tmp
+        tmp.chmod(mode)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -180,7 +181,9 @@ def download_model(repo_id: str, local_dir: str | os.PathLike, revision: str | N
         raise _unavailable(repo_id, revision, "the model files", error, "model") from error
 
     local_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{local_dir.name}.tmp-", dir=local_dir.parent))
+    # Not mkdtemp: its owner-only mode would hide the model from the user's group.
+    staging = local_dir.parent / f".{local_dir.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    staging.mkdir()
     try:
         # Offline, snapshot_download returns the whole cached snapshot unfiltered: filter here.
         for source in sorted(Path(snapshot).rglob("*")):
@@ -188,7 +191,6 @@ def download_model(repo_id: str, local_dir: str | os.PathLike, revision: str | N
             if source.is_file() and _matches(relative, MODEL_FILES):
                 _link_or_copy(source, staging / relative)
         _validate_model_dir(staging, repo_id, revision, snapshot)
-        staging.chmod(0o755)  # mkdtemp makes it 0700
         _replace_dir(staging, local_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -213,5 +215,4 @@ def download_dataset_file(
         raise _unavailable(repo_id, revision, f"file {filename!r}", error, "dataset", filename) from error
     with atomic_path(local_path) as tmp:
         shutil.copyfile(Path(cached).resolve(), tmp)
-        tmp.chmod(0o644)
     return local_path

@@ -14,6 +14,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from ..core.io import atomic_path
 from .config import Qwen3Config, resolve_dtype
 from .qwen3 import Qwen3
 
@@ -106,7 +107,8 @@ def save_model(model: Qwen3, directory: str | Path, source: str | Path | None = 
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     if model.cfg.tie_word_embeddings:
         state.pop("lm_head.weight")
-    save_file(state, staging / WEIGHTS, metadata={"format": "pt"})
+    with atomic_path(staging / WEIGHTS) as tmp:  # for the file mode: staging is atomic already
+        save_file(state, tmp, metadata={"format": "pt"})
     source_config = Path(source) / "config.json" if source is not None else None
     config = json.loads(source_config.read_text()) if source_config and source_config.is_file() else {}
     config |= model.cfg.to_dict() | {"torch_dtype": str(model.dtype).removeprefix("torch.")}
