@@ -4,6 +4,7 @@ driver's allocation) a sample every millisecond."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -19,16 +20,9 @@ def process_rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-def _kernel_peak_resettable() -> bool:
-    """Whether this Linux lets a process reset its peak RSS (VmHWM): writing 5 to clear_refs."""
-    try:
-        CLEAR_REFS.write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-KERNEL_PEAK = _kernel_peak_resettable()
+# Whether this kernel lets the process reset its peak RSS (VmHWM): Linux, by writing 5 to
+# clear_refs, which an unprivileged process may do for itself.
+KERNEL_PEAK = os.access(CLEAR_REFS, os.W_OK) and STATUS.is_file()
 MEASURES = {
     "cpu": ("process peak RSS (kernel VmHWM)" if KERNEL_PEAK
             else "process RSS, sampled every ms"),
@@ -53,8 +47,10 @@ class PeakMemory:
     On Linux the kernel keeps the process's peak RSS (VmHWM) and resets it on request, so the
     peak is exact: sampling missed peaks of a few milliseconds (seen: 100 MB of 580 in the
     prefill of a long batch). A reset inside a region that another PeakMemory measures first
-    hands the peak so far to that one. Where the kernel offers no reset (macOS, some sandboxes)
-    and for MPS, which has no peak counter, a thread samples every millisecond.
+    hands the peak so far to that one. The reset is the process's own: what reads its lifetime
+    peak afterwards (`getrusage`'s `ru_maxrss`, `/usr/bin/time -v`) sees the peak since the last
+    region began. Where the kernel offers no reset (macOS, some sandboxes) and for MPS, which has
+    no peak counter, a thread samples every millisecond.
     """
 
     def __init__(self, device: torch.device | str, interval: float = 0.001):
