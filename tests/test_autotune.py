@@ -141,7 +141,9 @@ def test_a_real_probe_measures_each_size_in_its_own_process_and_records_it(stage
     assert sizes[0] == 1 and all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
     assert max(sizes) <= 9  # 3 problems x 3 samples
     for trial in record["trials"]:
-        assert trial["status"] == "ok" and len(trial["tokens_per_second"]) == 3
+        # the curves' harness: 3 repeats, more (up to 5) while the interval is wide
+        repeats = len(trial["tokens_per_second"])
+        assert trial["status"] == "ok" and 3 <= repeats <= 5 and trial["interval"]["n"] == repeats
         assert trial["peak_memory_mb"] > 50  # a whole Python process with torch, not a tensor
     assert record["batch_size"] in sizes
     assert record["thresholds"]["headroom"] == autotune.HEADROOM

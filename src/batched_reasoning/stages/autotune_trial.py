@@ -1,5 +1,6 @@
 """One batch size of an `autotune` probe, run in its own process: the stage's work at that size,
-one warm-up and `REPEATS` timed repeats, and the process's peak memory.
+timed by the curves' harness (`core.timing`: one warm-up, then `REPEATS`), and the process's
+peak memory.
 
 Generation stages run every answer to `max_new_tokens` (no end token), so every size does the
 same work per sequence and only the batching differs; distillation runs one training step of
@@ -22,10 +23,12 @@ from ..model.checkpoint import load_model
 from ..core.devices import resolve_device, synchronize
 from ..engine.generation import generate
 from ..core.memory import PeakMemory
+from ..core.timing import Repeats, repeat
 from ..engine.sampling import TopP
 from ..training.loop import Example
 
-REPEATS = 3  # timed repeats per size, after one warm-up; the probe takes their median
+# timed repeats per size, after one warm-up; the probe takes their median
+REPEATS = Repeats(minimum=3, maximum=5, relative_half_width=0.05)
 # How the allocators of each platform word running out of memory (MPS's is a plain RuntimeError).
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "not enough memory",
                 "Invalid buffer size")
@@ -77,17 +80,20 @@ def measure(spec: dict, batch_size: int) -> dict:
     torch.manual_seed(0)
     model = load_model(spec["model_dir"], dtype=spec["dtype"], device=device)
     make_repeat = training_repeat if spec["stage"] == "distill" else generation_repeat
-    rates = []
     with PeakMemory(device) as memory:
-        repeat = make_repeat(model, spec, batch_size)
-        repeat()  # warm-up: kernels chosen, caches allocated
-        for _ in range(REPEATS):
+        work = make_repeat(model, spec, batch_size)
+
+        def timed() -> dict[str, float]:
             synchronize(device)
             start = time.perf_counter()
-            tokens = repeat()
+            tokens = work()
             synchronize(device)
-            rates.append(tokens / (time.perf_counter() - start))
-    return {"status": "ok", "tokens_per_second": rates, "peak_memory_mb": memory.peak_mb}
+            return {"tokens_per_s": tokens / (time.perf_counter() - start)}
+
+        # the warm-up chooses kernels and allocates caches
+        summaries, samples = repeat(timed, REPEATS, ("tokens_per_s",), warm_up=work)
+    return {"status": "ok", "tokens_per_second": [s["tokens_per_s"] for s in samples],
+            "interval": summaries["tokens_per_s"].as_dict(), "peak_memory_mb": memory.peak_mb}
 
 
 def main(spec_path: str, batch_size: str, result_path: str) -> None:

@@ -46,6 +46,7 @@ class Trial:
     batch_size: int
     status: str
     tokens_per_second: list[float] = field(default_factory=list)  # one per timed repeat
+    interval: dict | None = None  # their median and 95% interval (`core.timing.Summary`)
     peak_memory_mb: float | None = None
     seconds: float = 0.0
     note: str = ""
@@ -303,7 +304,8 @@ def probe(stage: str, model_dir: str, records_path: str, out_json: str, *, devic
         "unit": "trained tokens/s" if stage == "distill" else "generated tokens/s",
         "budget_mb": budget, "budget_source": budget_source,
         "thresholds": {"gain": GAIN, "near_best": NEAR_BEST, "headroom": HEADROOM,
-                       "repeats": autotune_trial.REPEATS, "max_size": MAX_SIZE, "cap": cap},
+                       "repeats": asdict(autotune_trial.REPEATS), "max_size": MAX_SIZE,
+                       "cap": cap},
         "gpu_memory_mb": (torch.cuda.get_device_properties(torch_device).total_memory / 2**20
                           if torch_device.type == "cuda" else None),
     } | run_info(params, torch_device, __name__)
