@@ -252,3 +252,19 @@ def test_pad_fraction_counts_the_padding_of_every_batch_at_its_own_width():
     assert pad_fraction([[3, 1]]) == pytest.approx(2 / 6)
     assert pad_fraction([[2, 2], [4]]) == 0.0  # each batch padded to its own longest
     assert pad_fraction([[4, 1], [2, 2]]) == pytest.approx(3 / 12)
+
+
+@pytest.mark.parametrize("strategy", ["batched", "batched_stop", "continuous"])
+def test_completion_counts_the_wait_for_earlier_batches(eos_model, strategy):
+    """Every prompt is submitted at the call's start: a request served after others waits for
+    them, so its completion time exceeds its service latency, which starts at its admission;
+    its first token comes after that wait and before it is done."""
+    result = run(eos_model, varied_prompts(), strategy, 2)
+    waited = [c - s for c, s in zip(result.completion, result.latency)]
+    assert min(waited) >= 0 and max(waited) > 0.5 * max(result.completion) / 4
+    assert all(0 < first <= done for first, done
+               in zip(result.time_to_first_token, result.completion))
+    assert result.steps == [len(t) + (s is not None)
+                            for t, s in zip(result.tokens, result.stop_tokens)]
+    assert len(result.time_per_output_token) == sum(n > 1 for n in result.steps)
+    assert result.decode_steps >= max(result.steps) - 1

@@ -36,7 +36,7 @@ STRATEGIES = ("sequential", "batched", "batched_stop", "continuous")
 class GenerationResult:
     tokens: list[list[int]]  # per prompt, in input order, without the end token
     # Seconds from the start of a prompt's batch (continuous: of its own prefill) until its
-    # answer is done.
+    # answer is done: the service latency, without the wait for earlier batches.
     latency: list[float]
     # The end token that ended each answer (None: cut off at max_new_tokens).
     stop_tokens: list[int | None] = field(default_factory=list)
@@ -51,6 +51,35 @@ class GenerationResult:
     # Prompts whose prefill ran: repeats of a prompt (self-consistency's samples, GRPO's
     # rollouts) share one prefill.
     prefills: int = 0
+    # A client's view (`time.perf_counter` clock): every prompt is submitted when `generate`
+    # starts (`started_at`); per prompt, when its first new token was picked and when its answer
+    # was done. Completion latency counts the wait for earlier batches; latency does not.
+    started_at: float = 0.0
+    first_token_at: list[float] = field(default_factory=list)
+    finished_at: list[float] = field(default_factory=list)
+    decode_steps: int = 0  # model calls that decoded one token per row
+
+    @property
+    def completion(self) -> list[float]:
+        """Seconds from submission until each answer was done."""
+        return [done - self.started_at for done in self.finished_at]
+
+    @property
+    def time_to_first_token(self) -> list[float]:
+        return [first - self.started_at for first in self.first_token_at]
+
+    @property
+    def time_per_output_token(self) -> list[float]:
+        """Seconds per new token after the first, per answer of two or more picks (the end
+        token's pick counts: it is a step the answer waited for)."""
+        return [(done - first) / (steps - 1)
+                for done, first, steps in zip(self.finished_at, self.first_token_at, self.steps)
+                if steps > 1]
+
+    @property
+    def steps(self) -> list[int]:
+        """Picks each answer took: its tokens, and the end token where one ended it."""
+        return [len(t) + (stop is not None) for t, stop in zip(self.tokens, self.stop_tokens)]
 
     @property
     def generated_tokens(self) -> int:
@@ -88,17 +117,22 @@ def pick(sampler, logits: torch.Tensor, rows: list[int]) -> list[tuple[int, floa
 
 
 def take_token(result: GenerationResult, index: int, picked: tuple[int, float | None],
-               end_tokens: frozenset[int], max_new_tokens: int) -> bool:
-    """Add a picked token to prompt `index`'s answer unless it is an end token; whether the
-    answer is now complete."""
+               end_tokens: frozenset[int], max_new_tokens: int, now: float) -> bool:
+    """Add a token picked at time `now` to prompt `index`'s answer unless it is an end token;
+    whether the answer is now complete (then it is done at `now`)."""
     token, margin = picked
     if margin is not None:
         result.margins[index].append(margin)
+    if not result.tokens[index] and result.stop_tokens[index] is None:
+        result.first_token_at[index] = now
     if token in end_tokens:
         result.stop_tokens[index] = token
-        return True
-    result.tokens[index].append(token)
-    return len(result.tokens[index]) == max_new_tokens
+    else:
+        result.tokens[index].append(token)
+    done = token in end_tokens or len(result.tokens[index]) == max_new_tokens
+    if done:
+        result.finished_at[index] = now
+    return done
 
 
 def check_prompts(model, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> None:
@@ -216,7 +250,7 @@ def generate_batch(
         now = time.perf_counter()
         for j, token in zip(live, picked):
             b = in_batch[j]
-            done[b] = take_token(result, rows[b], token, ends, max_new_tokens)
+            done[b] = take_token(result, rows[b], token, ends, max_new_tokens, now)
             if done[b]:
                 result.latency[rows[b]] = now - start
         if all(done):
@@ -230,6 +264,7 @@ def generate_batch(
         next_ids = torch.tensor(next_ids, device=device)[:, None]
         step_mask = torch.ones_like(next_ids, dtype=torch.bool)
         logits = model(next_ids, step_mask, cache=cache)[:, -1]
+        result.decode_steps += 1
     synchronize(device)
     result.decode_seconds += time.perf_counter() - prefill_end
 
@@ -302,11 +337,12 @@ def generate_continuous(
 
         step_ids = torch.tensor([r.next_input for r in scheduler.slots], device=device)[:, None]
         logits = model(step_ids, torch.ones_like(step_ids, dtype=torch.bool), cache=cache)[:, -1]
+        result.decode_steps += 1
         picked = pick(sampler, logits, [request.index for request in scheduler.slots])
         now = time.perf_counter()
         for row, (request, token) in enumerate(zip(scheduler.slots, picked)):
             request.next_input = token[0]
-            if take_token(result, request.index, token, ends, max_new_tokens):
+            if take_token(result, request.index, token, ends, max_new_tokens, now):
                 result.latency[request.index] = now - request.admitted_at
                 scheduler.release(row)
                 bar.update(1)
@@ -359,7 +395,10 @@ def generate(
     end_tokens = (() if eos_token_id is None
                   else (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id))
     result = GenerationResult(tokens=[[] for _ in prompts], latency=[0.0] * len(prompts),
-                              stop_tokens=[None] * len(prompts), margins=[[] for _ in prompts])
+                              stop_tokens=[None] * len(prompts), margins=[[] for _ in prompts],
+                              started_at=time.perf_counter(),
+                              first_token_at=[0.0] * len(prompts),
+                              finished_at=[0.0] * len(prompts))
     with tqdm(total=len(prompts), desc=f"{strategy} bs={batch_size}", disable=not progress,
               mininterval=5) as bar:
         if strategy == "continuous":
