@@ -69,7 +69,7 @@ def test_the_machine_is_measured_in_bytes_and_flops_per_second(monkeypatch):
     itself: 64 MiB read (not 64e6 bytes), and 2 n^3 FLOPs for an n x n product (a multiply and
     an add per term), so a unit slip shows as a wrong number rather than a plausible one."""
     ticks = iter(range(1000))
-    monkeypatch.setattr(roofline.time, "perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr(roofline.machine.time, "perf_counter", lambda: float(next(ticks)))
     limits = measure_machine(torch.device("cpu"), torch.float32, read_mb=64, matmul_size=256,
                              repeats=2)
     assert limits.read_gb_s == 64 * 2**20 / 1e9
@@ -81,7 +81,7 @@ def test_a_dtype_slower_than_float32_does_not_lower_the_machines_limit(monkeypat
     float32 (seconds for 2048², measured here under the AVX2 class), yet a product can always
     run in float32: the limit is the faster of the two, and it says which."""
     rates = {torch.bfloat16: 0.3, torch.float32: 340.0}
-    monkeypatch.setattr(roofline, "product_gflop_s", lambda device, dtype, size, repeats: rates[dtype])
+    monkeypatch.setattr(roofline.machine, "product_gflop_s", lambda device, dtype, size, repeats: rates[dtype])
     limits = measure_machine(torch.device("cpu"), torch.bfloat16, read_mb=1, repeats=1)
     assert (limits.matmul_gflop_s, limits.matmul_dtype) == (340.0, "float32")
     rates[torch.bfloat16] = 1900.0  # with AMX bfloat16 is the faster
@@ -96,6 +96,6 @@ def test_a_dtype_too_slow_for_the_full_product_is_timed_smaller(monkeypatch, sec
     bfloat16 without a native kernel) a 2048² product would take over eight minutes, so the
     timed one stays 256²; at a microsecond the full 2048² one is timed."""
     clock = iter(i * seconds_per_product for i in range(1000))
-    monkeypatch.setattr(roofline.time, "perf_counter", lambda: next(clock))
-    rate = roofline.product_gflop_s(torch.device("cpu"), torch.float32, 2048, repeats=2)
+    monkeypatch.setattr(roofline.machine.time, "perf_counter", lambda: next(clock))
+    rate = roofline.machine.product_gflop_s(torch.device("cpu"), torch.float32, 2048, repeats=2)
     assert rate == pytest.approx(2 * timed_side**3 / seconds_per_product / 1e9)
