@@ -19,6 +19,7 @@ include: "workflow/rules/self_consistency.smk"
 include: "workflow/rules/grpo.smk"
 include: "workflow/rules/distill.smk"
 include: "workflow/rules/autotune.smk"
+include: "workflow/rules/curve.smk"
 include: "workflow/rules/tables.smk"
 
 
@@ -26,7 +27,9 @@ rule all:
     default_target: True
     input:
         rules.evaluate_table.output,
+        rules.workload_table.output,
         rules.self_consistency_table.output,
+        rules.self_consistency_curve_table.output,
         rules.grpo_table.output,
         rules.distill_table.output,
         rules.story_table.output,

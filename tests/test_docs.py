@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import shared_file
+from test_curve import write_point
 from doc_commands import REPO, ci_commands, documented_commands, run_by_ci
 from workflow_helpers import copy_workflow
 
@@ -57,6 +58,7 @@ CLUSTER = ("snakemake --workflow-profile profiles/slurm --default-resources "
            "slurm_account=MYACCOUNT slurm_partition=MYPARTITION")
 CLUSTER_SITE = "snakemake --profile mysite --workflow-profile profiles/slurm --configfile mysite.yaml"
 SLURM_WATCH = ["sinfo", "squeue -u $USER", "sacct -X -o JobID,JobName%40,Comment%30,State,Elapsed"]
+MERGE = "python -m batched_reasoning.workflow.merge laptop/results gpu/results --out merged"
 REAL_MODEL = "tests/test_real_path.py::test_the_qwen_config_runs_offline_from_the_hugging_face_cache"
 
 # Where each documented command runs: CI, a test of this module, or (test, its key words).
@@ -86,6 +88,7 @@ RUN_BY = {
     LLAMA_BUILD: "test_llama_cpp_commands",
     LLAMA_CONVERT: "test_llama_cpp_commands",
     LLAMA_BENCH: "test_llama_cpp_commands",
+    MERGE: "test_merging_the_curves_of_two_machines",
     CLUSTER: "test_cluster_commands_plan_their_jobs",
     CLUSTER_SITE: "test_cluster_commands_plan_their_jobs",
     **{command: "test_slurm_watching_commands" for command in SLURM_WATCH},
@@ -210,6 +213,22 @@ def test_llama_cpp_commands(tmp_path):
         shell(here(command), scratch, timeout=1800)
     peer = pd.read_csv(scratch / "bench-llama.csv")  # llama.cpp's rows, beside ours
     assert peer.batch_size.tolist() == [1, 8, 16] and (peer.tokens_per_s > 0).all()
+
+
+def test_merging_the_curves_of_two_machines(tmp_path):
+    """The merge command on two runs' curves (a laptop's and another machine's): one table and
+    figure, each machine's rows beside the other's, speedups only within a machine."""
+    for name, cpu, speed in (("laptop", "Laptop CPU", 100.0), ("gpu", "Big GPU", 1000.0)):
+        for size, runs in ((1, {"sequential": speed}), (4, {"batched": 3 * speed})):
+            write_point(tmp_path / name / f"results/seed0/curve/evaluate/m/d/bs{size}/cpu/t1",
+                        1, size, runs, {}, cpu=cpu)
+    printed = shell(MERGE, tmp_path)
+    assert "merged/evaluate.tsv" in printed
+    table = pd.read_csv(tmp_path / "merged/evaluate.tsv", sep="\t")
+    assert set(table.machine) == {"Laptop CPU, 1 thread", "Big GPU, 1 thread"}
+    assert sorted(table.speedup.round(6)) == [1.0, 1.0, 3.0, 3.0]
+    assert "| machine" in (tmp_path / "merged/evaluate.md").read_text()
+    assert (tmp_path / "merged/evaluate.png").stat().st_size > 10_000
 
 
 def test_cluster_commands_plan_their_jobs(tmp_path):

@@ -35,20 +35,43 @@ def plan_of(**changes) -> Plan:
 
 def test_sequential_runs_once_and_every_other_strategy_at_every_batch_size():
     plan = plan_of(evaluate__batch_sizes=[1, 4, 16])
-    runs = plan.requested("evaluate")
-    assert GenerationRun(0, "toy", "arith", "sequential", 1, "cpu") in runs
-    assert len(runs) == 1 + 3 * 3
-    assert runs[0].path("evaluate", "metrics.json") == \
-        "results/seed0/evaluate/toy/arith/sequential/bs1/cpu/metrics.json"
+    points = plan.curve_points("evaluate")
+    assert [p.batch_size for p in points] == [1, 4, 16]
+    assert plan.curve_strategies("evaluate", 1) == ["sequential", "batched", "batched_stop",
+                                                    "continuous"]
+    assert plan.curve_strategies("evaluate", 4) == ["batched", "batched_stop", "continuous"]
+    assert points[0].path("metrics.json") == \
+        "results/seed0/curve/evaluate/toy-distilled-bs8-cpu/arith/bs1/cpu/t2/metrics.json"
+    # size 1 not listed: only the one-at-a-time baseline runs there
+    plan = plan_of(evaluate__batch_sizes=[4, 16])
+    assert [p.batch_size for p in plan.curve_points("evaluate")] == [1, 4, 16]
+    assert plan.curve_strategies("evaluate", 1) == ["sequential"]
+    # accuracy: one greedy run over the whole split per model
+    assert plan.accuracy_runs() == [
+        GenerationRun(0, "toy-distilled-bs8-cpu", "arith", "batched_stop", 64, "cpu")]
+
+
+def test_the_thread_count_a_job_gets_is_part_of_its_curve_point():
+    """`--cores 1` caps the config's 2 threads: those timings are other points, never mixed
+    with the 2-thread ones (the workflow passes `--cores` as `threads`)."""
+    capped, full = Plan(copy.deepcopy(DEFAULTS), threads=1), Plan(copy.deepcopy(DEFAULTS))
+    assert {p.threads for p in capped.curve_points("evaluate")} == {1}
+    assert {p.threads for p in full.curve_points("evaluate")} == {2}
+    assert not set(capped.table_inputs("evaluate")["points"]) & set(
+        full.table_inputs("evaluate")["points"])
+    assert Plan(copy.deepcopy(DEFAULTS), threads=8).threads == 2  # never more than configured
 
 
 def test_every_seed_is_a_replicate_of_every_run_under_its_own_directory():
     plan = plan_of(seeds=[0, 3])
     one = plan_of(seeds=[0])
+    runs = plan.generation_runs("self_consistency")
+    assert len(runs) == 2 * len(one.generation_runs("self_consistency"))
+    assert {run.seed for run in runs} == {0, 3}
     for stage in ("evaluate", "self_consistency"):
-        runs = plan.generation_runs(stage)
-        assert len(runs) == 2 * len(one.generation_runs(stage))
-        assert {run.seed for run in runs} == {0, 3}
+        points = plan.curve_points(stage)
+        assert len(points) == 2 * len(one.curve_points(stage))
+        assert {point.seed for point in points} == {0, 3}
     trained = plan.grpo_runs() + plan.distill_runs()
     assert len(trained) == 2 * len(one.grpo_runs() + one.distill_runs())
     assert all(run.path("grpo", "log.csv").startswith(f"results/seed{run.seed}/")
@@ -64,12 +87,12 @@ def test_memory_budget_skips_the_runs_predicted_not_to_fit_and_says_why():
                  for b in (1, 4, 16)}
     assert predicted[1] < predicted[4] < predicted[16]
     budget = (predicted[4] + predicted[16]) / 2
-    plan = plan_of(memory_budget_mb__cpu=budget)
+    plan = plan_of(memory_budget_mb__cpu=budget, evaluate__batch_sizes=[1, 4, 16])
     skipped = plan.skipped("evaluate")
     assert {(row["strategy"], row["batch_size"]) for row in skipped} == {
         ("batched", 16), ("batched_stop", 16), ("continuous", 16)}
     assert all(f"> budget {budget:g} MB" in row["note"] for row in skipped)
-    assert len(plan.generation_runs("evaluate")) == len(plan.requested("evaluate")) - 3
+    assert [p.batch_size for p in plan.curve_points("evaluate")] == [1, 4]
     assert unlimited.skipped("evaluate") == []
 
 
@@ -185,8 +208,9 @@ def auto_plan(choice=None, **changes) -> Plan:
 def test_auto_asks_one_probe_per_stage_model_dataset_device_and_seed():
     plan = auto_plan(seeds=[0, 1], evaluate__batch_sizes=[1, "auto"], distill__batch_sizes=["auto"])
     assert [p.path() for p in plan.probes()] == [
-        f"results/autotune/seed{s}/{stage}/toy/arith/cpu.json"
-        for stage in ("evaluate", "distill") for s in (0, 1)]
+        f"results/autotune/seed{s}/{stage}/{model}/arith/cpu.json"
+        for stage, model in (("evaluate", "toy-distilled-bs8-cpu"), ("distill", "toy"))
+        for s in (0, 1)]
     assert auto_plan().probes() == []  # without auto nothing changes
 
 
@@ -200,9 +224,8 @@ def test_auto_runs_at_the_size_its_probe_chose_next_to_the_listed_sizes():
     plan = auto_plan(choice, evaluate__batch_sizes=[1, "auto"], evaluate__strategies=["batched"],
                      self_consistency__batch_sizes=["auto", 16], grpo__batch_sizes=["auto"],
                      distill__batch_sizes=["auto"])
-    assert [r.batch_size for r in plan.generation_runs("evaluate")] == [1, 8]
-    assert [r.batch_size for r in plan.generation_runs("self_consistency")
-            if r.strategy != "sequential"] == [16]  # auto chose a listed size: it runs once
+    assert [p.batch_size for p in plan.curve_points("evaluate")] == [1, 8]
+    assert [r.batch_size for r in plan.generation_runs("self_consistency")] == [16]  # once
     assert [r.batch_size for r in plan.grpo_runs()] == [4]
     assert {r.model for r in plan.student_evaluations()} == {"toy", "toy-distilled-bs2-cpu"}
     inputs = plan.table_inputs("distill")
@@ -215,13 +238,13 @@ def test_a_size_the_probe_chose_is_never_skipped_by_the_prediction():
     predicted = plan_of().predicted_generation_mb("evaluate", "toy", 64, "cpu")["total"]
     plan = auto_plan(lambda probe: 64, evaluate__batch_sizes=["auto", 32],
                      evaluate__strategies=["batched"], memory_budget_mb__cpu=predicted / 2)
-    assert [r.batch_size for r in plan.generation_runs("evaluate")] == [64]  # 32 skipped
+    assert [p.batch_size for p in plan.curve_points("evaluate")] == [64]  # 32 skipped
     # the skip table is known before any probe has run, and names only listed sizes
     unprobed = auto_plan(None, evaluate__batch_sizes=["auto", 32],
                          evaluate__strategies=["batched"], memory_budget_mb__cpu=predicted / 2)
     assert [row["batch_size"] for row in unprobed.skipped("evaluate")] == [32]
     with pytest.raises(PlanError, match="evaluate.batch_sizes has auto"):
-        unprobed.generation_runs("evaluate")
+        unprobed.curve_points("evaluate")
 
 
 def test_jobs_ask_at_least_what_their_probe_measured():

@@ -67,7 +67,9 @@ def test_the_qwen_config_runs_offline_from_the_hugging_face_cache(hub_cache, tmp
     overrides = {
         "models": {name: {"shape": shape} for name in ("qwen3-0.6b-base", "qwen3-0.6b-reasoning")},
         "evaluate": {"devices": ["cpu"], "batch_sizes": [2], "limit": 3, "max_new_tokens": 6,
-                     "strategies": ["sequential", "batched_stop"]},
+                     "strategies": ["sequential", "batched_stop"], "timed_problems": 3,
+                     "accuracy_batch_size": 2},
+        "timing": {"minimum_repeats": 2, "maximum_repeats": 2},
     }
     workdir = copy_workflow(tmp_path / "run")
     config = yaml.safe_load((workdir / "configs/qwen3-0.6b-math500.yaml").read_text())
@@ -81,6 +83,9 @@ def test_the_qwen_config_runs_offline_from_the_hugging_face_cache(hub_cache, tmp
     table = pd.read_csv(workdir / "results/tables/evaluate.tsv", sep="\t")
     assert set(table.model) == {"qwen3-0.6b-base", "qwen3-0.6b-reasoning"}
     assert set(table.dataset) == {"math500"} and (table.tokens_per_s > 0).all()
+    assert set(zip(table.strategy, table.batch_size)) == {("sequential", 1), ("batched_stop", 2)}
+    assert (table.matches_sequential == "yes").all() and (table.accuracy_problems == 3).all()
+    assert (workdir / "results/plots/evaluate.png").stat().st_size > 10_000
     reasoning = read_json(
         workdir / "results/seed0/evaluate/qwen3-0.6b-reasoning/math500/batched_stop/bs2/cpu/metrics.json")
     assert reasoning["end_token_ids"] == list(ends)  # generation_config.json's two end tokens

@@ -157,11 +157,16 @@ def test_sampler_code_edit_reruns_only_sampling_stages(workdir):
     edit_module(workdir, "engine.sampling", "uniform[:, None] * cumulative[:, -1:]",
                 "cumulative[:, -1:] * uniform[:, None]")
     plan = plan_of(workdir)
+    # the curves' one script times sampled and greedy points alike: both rerun
+    points = len(plan.curve_points("evaluate")) + len(plan.curve_points("self_consistency"))
     assert run(workdir) == {"self_consistency": len(plan.generation_runs("self_consistency")),
-                            "self_consistency_table": 1,
+                            "self_consistency_table": 1, "time_generation": points,
+                            "evaluate_table": 1, "workload_table": 1,
+                            "self_consistency_curve_table": 1,
                             "grpo": len(plan.grpo_runs()), "grpo_table": 1, "story_table": 1}
     changed = changed_files(before, snapshot(workdir))
-    assert all(any(stage in path for stage in ("self_consistency", "grpo", "story"))
+    assert all(any(stage in path for stage in ("self_consistency", "grpo", "story", "/curve/",
+                                               "tables/evaluate", "plots/evaluate", "workload"))
                for path in changed), sorted(changed)
 
 

@@ -198,7 +198,7 @@ def test_stage_table_and_plot(model_dir, tmp_path):
         [str(seq_records), str(records_path)])
     assert list(table.strategy) == ["batched_stop", "sequential"]
     assert (table.votes_match_sequential == "yes").all()
-    assert table.speedup_vs_sequential.notna().all() and table.best.eq("best").sum() == 1
+    assert table.speedup_vs_sequential.notna().all() and "best" not in table  # one timing each
     png = tmp_path / "sc.png"
     plot_self_consistency(table, [str(seq_records), str(records_path)], str(png))
     assert png.stat().st_size > 10_000

@@ -31,8 +31,9 @@ def test_profile_asks_gpus_only_for_cuda_and_host_memory_grows_with_a_cpu_batch(
     config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG))
     config["evaluate"] |= {"devices": ["cpu", "cuda"], "batch_sizes": [1, 4, 16]}
     jobs = dry_run_resources(copy_workflow(tmp_path, config))
-    evaluations = [j for j in jobs if j["rule"] == "evaluate" and j["wildcards"]["model"] == "toy"]
-    assert len(evaluations) == 2 * (1 + 3 * 3)  # devices x (sequential + 3 strategies x 3 sizes)
+    evaluations = [j for j in jobs
+                   if j["rule"] == "time_generation" and j["wildcards"]["stage"] == "evaluate"]
+    assert len(evaluations) == 2 * 3  # devices x curve points (every strategy of a size in one)
     for job in evaluations:
         assert job["resources"]["gpu"] == ("1" if job["wildcards"]["device"] == "cuda" else "0")
     memory = {(j["wildcards"]["device"], int(j["wildcards"]["batch_size"])):
@@ -86,7 +87,7 @@ def cluster_up():
 def records(workdir, stage):
     """Everything a run decided, without its timings."""
     found = {}
-    for path in sorted((workdir / "results" / stage).rglob("records.jsonl")):
+    for path in sorted((workdir / "results").glob(f"seed*/{stage}/**/records.jsonl")):
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         for row in rows:
             row.pop("latency_seconds", None)
@@ -116,7 +117,7 @@ def test_workflow_runs_through_slurm(tmp_path):
     job_ids = {p.stem for p in slurm_logs}
     submitted = {p.relative_to(log_root).parts[0] for p in slurm_logs}
     assert {"rule_pretrain", "rule_evaluate", "rule_self_consistency", "rule_grpo",
-            "rule_distill"} <= submitted
+            "rule_distill", "rule_time_generation"} <= submitted
     assert not submitted & {"rule_evaluate_table", "rule_self_consistency_table"}, "tables run locally"
     accounting = subprocess.run(
         ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(sorted(job_ids))],
@@ -124,5 +125,5 @@ def test_workflow_runs_through_slurm(tmp_path):
     ).stdout
     states = dict(line.split("|") for line in accounting.splitlines())
     assert set(states) == job_ids and set(states.values()) == {"COMPLETED"}, accounting
-    for stage in ("evaluate", "self_consistency"):  # training stages: see test_pretrain/test_grpo
-        assert records(cluster, stage) == records(local, stage)
+    for stage in ("evaluate", "self_consistency", "curve"):  # training: test_pretrain/test_grpo
+        assert records(cluster, stage) and records(cluster, stage) == records(local, stage)

@@ -25,26 +25,42 @@ def finished_run(tmp_path_factory):
     return workdir
 
 
-def test_evaluation_table_has_every_run(finished_run):
+def test_evaluation_table_is_the_batching_curve(finished_run):
     table = pd.read_csv(finished_run / "results/tables/evaluate.tsv", sep="\t")
     runs = set(zip(table.strategy, table.batch_size))
     assert runs == {("sequential", 1), ("batched", 1), ("batched", 3), ("batched_stop", 1),
                     ("batched_stop", 3), ("continuous", 1), ("continuous", 3)}
     assert (table.matches_sequential == "yes").all()
+    assert set(table.model) == {"toy-distilled-bs4-cpu"} and (table.threads == 1).all()
+    assert (table.repeats == 2).all() and (table.tokens_per_s_lo <= table.tokens_per_s).all()
+    assert (table.completion_p99_s >= table.completion_p50_s).all()
     assert (table.tokens_per_s > 0).all() and (table.peak_mem_mb > 0).all()
-    assert table.best.eq("best").sum() == 1
+    assert (table.accuracy_problems == TINY_CONFIG["datasets"]["arith"]["n_test"]).all()
+    assert set(table.best.dropna()) <= {"best", "tie"} and table.best.notna().any()
     assert (finished_run / "results/plots/evaluate.png").stat().st_size > 10_000
-    assert "Best on **cpu**" in (finished_run / "results/tables/evaluate.md").read_text()
+    text = (finished_run / "results/tables/evaluate.md").read_text()
+    assert "tokens/s [95%]" in text and ("Best for" in text or "No single best" in text)
+    workload = pd.read_csv(finished_run / "results/tables/workload.tsv", sep="\t")
+    assert set(zip(workload.strategy, workload.batch_size)) == runs
+    assert (workload.answer_min <= workload.answer_max).all()
+    curve = pd.read_csv(finished_run / "results/tables/self_consistency_curve.tsv", sep="\t")
+    assert set(zip(curve.strategy, curve.batch_size)) == {
+        ("sequential", 1), ("batched_stop", 3), ("continuous", 3)}
+    assert (curve.matches_sequential == "yes").all()
 
 
 def test_metrics_record_provenance(finished_run):
-    metrics = yaml.safe_load(
-        (finished_run / "results/seed0/evaluate/toy/arith/batched/bs3/cpu/metrics.json").read_text())
-    assert metrics["seed"] == 0
+    metrics = yaml.safe_load((finished_run / "results/seed0/evaluate/toy-distilled-bs4-cpu/arith/"
+                                             "batched_stop/bs3/cpu/metrics.json").read_text())
+    assert metrics["seed"] == 0 and metrics["threads"] == 1
     assert metrics["config"]["max_new_tokens"] == 8
     assert len(metrics["code_hash"]) == 16
     assert metrics["packages"]["torch"].startswith("2.")
     assert metrics["device_name"]
+    point = json.loads((finished_run / "results/seed0/curve/evaluate/toy-distilled-bs4-cpu/arith/"
+                                       "bs3/cpu/t1/metrics.json").read_text())
+    assert point["machine"]["threads"] == 1 and point["machine"]["cpu"]
+    assert point["machine_limits"]["read_gb_s"] > 0 and point["code_hash"]
 
 
 # Two ranks compute a step's loss and gradient from the same items as one rank, only summed in
@@ -77,7 +93,7 @@ def test_timed_jobs_never_run_side_by_side(finished_run):
     would run two timed jobs at once and each would report the other's slowdown."""
     spans = sorted(
         (metrics["started_at"], metrics["finished_at"], str(path))
-        for stage in ("evaluate", "self_consistency", "grpo", "distill")
+        for stage in ("evaluate", "self_consistency", "grpo", "distill", "curve")
         for path in (finished_run / "results").glob(f"seed*/{stage}/**/metrics.json")
         for metrics in [json.loads(path.read_text())]
     )
@@ -97,7 +113,7 @@ def test_every_table_says_how_sure_its_accuracies_and_effects_are(finished_run):
             assert (table[f"{column}_lo"] <= table[column]).all(), (stage, column)
             assert (table[column] <= table[f"{column}_hi"]).all(), (stage, column)
     story = pd.read_csv(finished_run / "results/tables/story.tsv", sep="\t", dtype={"seed": str})
-    assert list(story.seed) == ["0", "mean of 1"]
+    assert list(story.seed) == ["0"]  # one seed: no mean across seeds, no interval of one
     sc = tables["self_consistency"].iloc[0]
     assert story.vote_gain.iloc[0] == pytest.approx(sc.vote_accuracy - sc.first_sample_accuracy, abs=1e-3)
     assert "[" in (finished_run / "results/tables/story.md").read_text()
@@ -149,6 +165,7 @@ def test_memory_budget_skips_runs_that_would_not_fit(finished_run, tmp_path):
     (workdir / "tiny.yaml").write_text(yaml.safe_dump(config))
     plan = snakemake(workdir, "-n", "results/tables/evaluate.tsv")
     assert "rule evaluate:" not in plan.stdout  # nothing new runs; the table is redone
+    assert "rule time_generation:" not in plan.stdout
     snakemake(workdir, "-p", "results/tables/evaluate.tsv")  # a flag ends --configfile's list
     table = pd.read_csv(workdir / "results/tables/evaluate.tsv", sep="\t")
     skipped = table[table.note.fillna("").str.startswith("skipped")]
@@ -186,7 +203,7 @@ def test_bad_config_fails_at_parse_time(tmp_path, section, key, value, named):
 def test_broken_dataset_record_is_named(tmp_path):
     config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG))
     config["datasets"]["mine"] = {"source": "local", "path": "mine.jsonl"}
-    config["evaluate"]["datasets"] = ["mine"]
+    config["evaluate"] |= {"models": ["toy"], "datasets": ["mine"]}
     workdir = copy_workflow(tmp_path, config)
     (workdir / "mine.jsonl").write_text(
         '{"problem": "1+1?", "answer": "2"}\n{"problem": "2+2?"}\n')

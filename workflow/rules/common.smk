@@ -23,9 +23,15 @@ def chosen_size(probe):
     return chosen_batch_size(checkpoints.autotune.get(**probe.wildcards()).output.json)
 
 
+# Threads a timed job gets: the config's, or fewer where `--cores` allows fewer. They are part of
+# a curve point's path, so a run at another `--cores` times new points instead of mixing its
+# timings into the old ones.
+CORES = workflow._cores
+THREADS = min(config["threads"], CORES) if isinstance(CORES, int) else config["threads"]
+
 try:
     # what runs, what is skipped and why, what each job asks for
-    PLAN = Plan(config, choice=chosen_size)
+    PLAN = Plan(config, choice=chosen_size, threads=THREADS)
 except PlanError as error:
     raise WorkflowError(str(error)) from None
 
@@ -47,6 +53,8 @@ wildcard_constraints:
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     strategy=r"sequential|batched|batched_stop|continuous",
+    stage=r"evaluate|self_consistency|grpo|distill",
+    threads=r"[1-9][0-9]*",
     batch_size=r"[1-9][0-9]*",
     device=r"cpu|cuda|mps",
     world_size=r"[1-9][0-9]*",
@@ -191,3 +199,12 @@ def table_inputs(stage):
     """A stage table's inputs as an input function: runs at a size `auto` chose are known once
     its probe has run."""
     return lambda wildcards: PLAN.table_inputs(stage)
+
+
+def curve_resource(key):
+    """Memory and GPUs of a curve point's job, as for its stage's generation jobs."""
+
+    def value(wildcards, attempt):
+        return generation_resource(wildcards.stage, key)(wildcards, attempt)
+
+    return value

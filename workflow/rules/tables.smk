@@ -1,7 +1,9 @@
 # One comparison table (TSV + Markdown) and plot per stage, from all of its runs.
 TABLE_CATEGORIES = {
     "evaluate": "Evaluation",
+    "workload": "Evaluation",
     "self_consistency": "Self-consistency",
+    "self_consistency_curve": "Self-consistency",
     "grpo": "GRPO",
     "distill": "Distillation",
 }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import platform
+import subprocess
 from pathlib import Path
 
 import torch
@@ -51,3 +53,28 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def machine_record(device: torch.device) -> dict:
+    """What a timing depends on besides the code: the processor (CPU model, or GPU name and
+    memory), cores, threads and the software under the model."""
+    record = {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+              "torch": torch.__version__, "device": device.type, "device_name": device_name(device),
+              "cuda": torch.version.cuda, "gpu_memory_gb": None, "driver": None}
+    if device.type == "cuda":
+        record["gpu_memory_gb"] = round(torch.cuda.get_device_properties(device).total_memory
+                                        / 2**30, 1)
+        try:
+            record["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=10).stdout.split("\n")[0].strip() or None
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return record
+
+
+def machine_label(record: dict) -> str:
+    """A machine's name in merged tables: its processor and threads."""
+    name = record["device_name"] if record["device"] != "cpu" else record["cpu"]
+    threads = record["threads"]
+    return f"{name}, {threads} thread{'s' if threads > 1 else ''}"

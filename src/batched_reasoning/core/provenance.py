@@ -174,6 +174,7 @@ def run_info(params: dict, device: torch.device, stage: str) -> dict:
         "packages": package_versions(),
         "device": device.type,
         "device_name": device_name(device),
+        "threads": torch.get_num_threads(),  # timings compare only at equal thread counts
         # the CPU class acted out (`cpu_class`) and the kernels PyTorch dispatched to
         "cpu_class": current_cpu_class(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),

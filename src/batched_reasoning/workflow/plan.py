@@ -72,6 +72,24 @@ class TrainingRun:
 
 
 @dataclass(frozen=True)
+class CurvePoint:
+    """One point of a stage's batching curve: every strategy at one batch size, timed with
+    `threads` threads (part of the path: a run at another thread count is another point)."""
+
+    seed: int
+    stage: str
+    model: str
+    dataset: str
+    batch_size: int
+    device: str
+    threads: int
+
+    def path(self, name: str) -> str:
+        return (f"{seed_dir(self.seed)}/curve/{self.stage}/{self.model}/{self.dataset}/"
+                f"bs{self.batch_size}/{self.device}/t{self.threads}/{name}")
+
+
+@dataclass(frozen=True)
 class Probe:
     """The batch-size probe of one stage for one model, dataset and device (`auto`)."""
 
@@ -132,9 +150,12 @@ def check_shape(model_dir: str | Path, shape: str | dict, key: str) -> None:
 class Plan:
     """Every decision the workflow makes from its config, before any job runs."""
 
-    def __init__(self, config: dict, choice: Callable[[Probe], int] | None = None):
+    def __init__(self, config: dict, choice: Callable[[Probe], int] | None = None,
+                 threads: int | None = None):
+        """`threads`: what a timed job runs on (`--cores` may cap the config's `threads`)."""
         self.config = config
         self.choice = choice
+        self.threads = min(threads or config["threads"], config["threads"])
         self.check()
 
     # --- checks -------------------------------------------------------------------------
@@ -145,6 +166,8 @@ class Plan:
         for stage in GENERATION_STAGES + TRAINING_STAGES:
             for key, catalogue in (("models", "models"), ("datasets", "datasets")):
                 for name in config[stage][key]:
+                    if catalogue == "models" and self.is_student(name):
+                        continue
                     if name not in config[catalogue]:
                         raise PlanError(
                             f"config: {stage}.{key} names {name!r}, which is not in `{catalogue}` "
@@ -169,6 +192,11 @@ class Plan:
                     f"one of {sorted(QWEN3_SHAPES)} or a mapping of its config.json keys")
 
     # --- models ---------------------------------------------------------------------------
+
+    def is_student(self, model: str) -> bool:
+        """Whether `model` names a distilled student of a catalogue model (`student_name`)."""
+        match = STUDENT.fullmatch(model)
+        return bool(match) and match["base"] in self.config["models"]
 
     def base_model(self, model: str) -> str:
         """The catalogue model a (possibly distilled) model name comes from."""
@@ -217,11 +245,12 @@ class Plan:
                 for device in self.config[stage]["devices"]]
 
     def batch_sizes(self, stage: str, seed: int, model: str, dataset: str, device: str,
-                    probed: bool = True) -> list[int]:
-        """A stage's batch sizes for one model, dataset and device: `auto` as its probe chose
-        (left out when `probed` is False), each size once."""
+                    probed: bool = True, configured: list | None = None) -> list[int]:
+        """A stage's batch sizes (`configured`, default its `batch_sizes`) for one model,
+        dataset and device: `auto` as its probe chose (left out when `probed` is False), each
+        size once."""
         sizes = []
-        for size in self.config[stage]["batch_sizes"]:
+        for size in configured or self.config[stage]["batch_sizes"]:
             if size == "auto":
                 if not probed:
                     continue
@@ -285,22 +314,30 @@ class Plan:
         return [run for run in self.requested(stage) if self.over_budget(stage, run) is None]
 
     def skipped(self, stage: str) -> list[dict]:
-        """Runs left out by the memory budget, each with its prediction and the reason (the
-        budget applies to generation stages only)."""
-        if stage not in GENERATION_STAGES:
+        """Runs the memory budget left out, each with its prediction and the reason: a curve's
+        points (`evaluate`, `self_consistency_curve`) with each of their strategies, or the
+        vote's runs (`self_consistency`). Training stages have no budget."""
+        curve = {"evaluate": "evaluate", "self_consistency_curve": "self_consistency"}
+        if stage in curve:
+            runs = [(point, strategy) for point in self.curve_points(curve[stage], probed=False)
+                    for strategy in self.curve_strategies(curve[stage], point.batch_size)]
+            stage = curve[stage]
+        elif stage == "self_consistency":
+            runs = [(run, run.strategy) for run in self.requested(stage, probed=False)]
+        else:
             return []
         rows = []
-        for run in self.requested(stage, probed=False):
+        for run, strategy in runs:
             predicted = self.over_budget(stage, run, probed=False)
-            if predicted is not None:
-                budget = self.config["memory_budget_mb"][run.device]
-                rows.append({
-                    "seed": run.seed, "model": run.model, "dataset": run.dataset,
-                    "strategy": run.strategy,
-                    "batch_size": run.batch_size, "device": run.device,
-                    "dtype": self.config["dtype"][run.device], "predicted_mem_mb": round(predicted),
-                    "note": f"skipped: predicted {predicted:.0f} MB > budget {budget:g} MB",
-                })
+            if predicted is None:
+                continue
+            budget = self.config["memory_budget_mb"][run.device]
+            rows.append({"seed": run.seed, "model": run.model, "dataset": run.dataset,
+                         "strategy": strategy, "batch_size": run.batch_size, "device": run.device,
+                         "dtype": self.config["dtype"][run.device],
+                         "threads": getattr(run, "threads", None),
+                         "predicted_mem_mb": round(predicted),
+                         "note": f"skipped: predicted {predicted:.0f} MB > budget {budget:g} MB"})
         return rows
 
     # --- training stages --------------------------------------------------------------------
@@ -336,6 +373,65 @@ class Plan:
                                        run.device))
         return sorted(runs, key=lambda r: (r.seed, r.model, r.dataset, r.device))
 
+    # --- the batching curves ----------------------------------------------------------------
+
+    def curve_setting(self, stage: str) -> dict:
+        """A stage's curve: its models, strategies and batch sizes, and how many problems each
+        point times (evaluation: the stage's own keys; self-consistency: its `curve`)."""
+        cfg = self.config[stage]
+        if stage == "evaluate":
+            return {"models": cfg["models"], "strategies": cfg["strategies"],
+                    "batch_sizes": cfg["batch_sizes"], "problems": cfg["timed_problems"]}
+        return cfg["curve"]
+
+    def curve_strategies(self, stage: str, batch_size: int) -> list[str]:
+        """The strategies a point times: `sequential` (one at a time) only at size 1, and only
+        it there unless size 1 is configured."""
+        setting = self.curve_setting(stage)
+        if batch_size == 1 and 1 not in setting["batch_sizes"]:
+            return ["sequential"]
+        return [s for s in setting["strategies"] if s != "sequential" or batch_size == 1]
+
+    def curve_points(self, stage: str, probed: bool = True) -> list[CurvePoint]:
+        """Every point of a stage's curve (a size `auto` chose among them), within the memory
+        budget where `probed`. A curve with `sequential` always has a point at size 1."""
+        setting, cfg = self.curve_setting(stage), self.config[stage]
+        points = []
+        for seed in self.config["seeds"]:
+            for model in setting["models"]:
+                for dataset in cfg["datasets"]:
+                    for device in cfg["devices"]:
+                        sizes = self.batch_sizes(stage, seed, model, dataset, device, probed,
+                                                 setting["batch_sizes"])
+                        if "sequential" in setting["strategies"] and 1 not in sizes:
+                            sizes = [1, *sizes]
+                        points += [CurvePoint(seed, stage, model, dataset, size, device,
+                                              self.threads) for size in sorted(sizes)]
+        return [p for p in points if not probed or self.over_budget(stage, p) is None]
+
+    def curve_sampling(self, stage: str) -> dict:
+        """How a curve's answers are drawn: greedy, one per problem (evaluation), or the
+        stage's samples per problem (self-consistency)."""
+        if stage == "evaluate":
+            return {"num_samples": 1}
+        cfg = self.config[stage]
+        return {key: cfg[key] for key in ("num_samples", "temperature", "top_p", "prompt_suffix")}
+
+    def curve_inputs(self, stage: str) -> dict[str, list[str]]:
+        points = self.curve_points(stage)
+        return {"points": [p.path("metrics.json") for p in points],
+                "point_records": [p.path("records.jsonl") for p in points]}
+
+    def accuracy_runs(self) -> list[GenerationRun]:
+        """Evaluation's greedy run over the whole split, once per model, dataset and device:
+        every strategy and batch size gives its tokens (the curve checks that on its
+        problems), so accuracy needs one run."""
+        cfg = self.config["evaluate"]
+        return [GenerationRun(seed, model, dataset, "batched_stop", cfg["accuracy_batch_size"],
+                              device)
+                for seed in self.config["seeds"] for model in cfg["models"]
+                for dataset in cfg["datasets"] for device in cfg["devices"]]
+
     # --- the tables ------------------------------------------------------------------------------
 
     def table_inputs(self, stage: str) -> dict[str, list[str]]:
@@ -351,6 +447,13 @@ class Plan:
                      "logs": paths(runs, "distill", "log.csv"),
                      "evaluations": paths(evaluations, "evaluate", "metrics.json"),
                      "evaluation_records": paths(evaluations, "evaluate", "records.jsonl")}
+        elif stage == "evaluate":
+            runs = self.accuracy_runs()
+            found = {"metrics": paths(runs, stage, "metrics.json"),
+                     "records": paths(runs, stage, "records.jsonl")} | self.curve_inputs(stage)
+        elif stage in ("self_consistency_curve", "workload"):
+            found = self.curve_inputs("self_consistency" if stage != "workload" else "evaluate")
+            stage = "self_consistency" if stage != "workload" else "evaluate"
         else:
             runs = self.generation_runs(stage)
             found = {"metrics": paths(runs, stage, "metrics.json"),

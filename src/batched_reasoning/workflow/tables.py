@@ -15,9 +15,10 @@ from .plan import student_name
 from ..core.plots import moving_average, save_figure, subplots
 from .stats import includes_zero, paired_difference, wilson_interval
 
-RUN_KEYS = ["seed", "model", "dataset", "strategy", "batch_size", "device", "dtype"]
+RUN_KEYS = ["seed", "model", "dataset", "strategy", "batch_size", "device", "dtype", "threads"]
 GRPO_KEYS = RUN_KEYS + ["world_size"]
-DISTILL_KEYS = ["seed", "model", "dataset", "batch_size", "device", "world_size", "dtype"]
+DISTILL_KEYS = ["seed", "model", "dataset", "batch_size", "device", "world_size", "dtype",
+                "threads"]
 # A run's setup within a seed: runs that differ only in strategy, batch size or ranks.
 SETUP = ["seed", "model", "dataset", "device"]
 # Paired effects of a stage on the same held-out problems, each with a 95% interval (`_lo`,
@@ -28,19 +29,15 @@ NO_EFFECT_NOTE = f"{NO_EFFECT_MARK} the effect's 95% interval includes 0: these 
 
 
 def load_runs(metrics_paths: list[str]) -> pd.DataFrame:
-    """One row per run: its metrics.json."""
-    return pd.DataFrame([read_json(p) for p in metrics_paths])
-
-
-def mark_best(table: pd.DataFrame, group: list[str], by: str) -> pd.Series:
-    """True on the row with the highest `by` within each group."""
-    best = table.groupby(group)[by].transform("max")
-    return table[by].eq(best)
+    """One row per run: its metrics.json (`threads`: None for runs recorded before it was)."""
+    return pd.DataFrame([{"threads": None} | read_json(p) for p in metrics_paths])
 
 
 def sequential_baseline(runs: pd.DataFrame, run: pd.Series,
-                        same_setup=("seed", "model", "dataset", "device", "dtype")) -> pd.Series | None:
-    """The `sequential` run of the same seed, model, dataset, device and dtype as `run`."""
+                        same_setup=("seed", "model", "dataset", "device", "dtype", "threads")
+                        ) -> pd.Series | None:
+    """The `sequential` run of the same seed, model, dataset, device, dtype and thread count as
+    `run` (a time at another thread count measures the machine's setting, not the strategy)."""
     return matching(runs, run, list(same_setup), strategy="sequential")
 
 
@@ -68,9 +65,7 @@ def with_skipped(rows: list[dict], skipped: list[dict]) -> pd.DataFrame:
     """Runs and the runs the memory budget left out (their prediction and a note), sorted."""
     table = pd.DataFrame([r | {"note": ""} for r in rows] + list(skipped))
     table = table.reindex(columns=list(dict.fromkeys(RUN_KEYS + list(table.columns))))
-    table = table.sort_values(RUN_KEYS, ignore_index=True)
-    table["best"] = mark_best(table, SETUP, "tokens_per_s").map({True: "best", False: ""})
-    return table
+    return table.sort_values(RUN_KEYS, ignore_index=True)
 
 
 def with_interval(correct: list, prefix: str) -> dict:
@@ -104,44 +99,6 @@ def compare_answer(tokens: list[int], base_tokens: list[int], base_margins: list
     return "near-tie" if margin < NEAR_TIE_MARGIN[dtype] else "MISMATCH"
 
 
-def evaluate_table(metrics_paths: list[str], records_paths: list[str],
-                   skipped: list[dict] = ()) -> pd.DataFrame:
-    """One row per run, compared with the sequential run; `skipped` runs get a row and a note."""
-    runs = load_runs(metrics_paths)
-    records = [read_jsonl(p) for p in records_paths]
-    runs["outputs"] = [[r["generated_ids"] for r in run] for run in records]
-    runs["margins"] = [[r.get("margins", []) for r in run] for run in records]
-    runs["correct"] = [[int(r["correct"]) for r in run] for run in records]
-    rows = []
-    for _, run in runs.iterrows():
-        base = sequential_baseline(runs, run)
-        row = {k: run[k] for k in RUN_KEYS} | with_interval(run["correct"], "accuracy") | {
-            **{f"acc_L{level}": acc for level, acc in run["accuracy_by_level"].items()},
-            "truncated": run["truncated"],
-            "time_s": run["wall_seconds"],
-            "tokens_per_s": run["tokens_per_second"],
-            "peak_mem_mb": run["peak_memory_mb"],
-            "kv_cache_mb": run.get("kv_cache_mb"),
-            "memory_measure": run.get("memory_measure", ""),
-            "predicted_mem_mb": run["predicted_peak_memory_mb"],
-            "pad_fraction": run["pad_fraction"],
-            "latency_p50_s": run["latency_p50_seconds"],
-            "latency_p95_s": run["latency_p95_seconds"],
-        }
-        if base is None:
-            row |= {"speedup_vs_sequential": None, "matches_sequential": "no baseline"}
-        else:
-            row["speedup_vs_sequential"] = run["tokens_per_second"] / base["tokens_per_second"]
-            verdicts = [compare_answer(tokens, base_tokens, margins, run["dtype"])
-                        for tokens, base_tokens, margins
-                        in zip(run["outputs"], base["outputs"], base["margins"])]
-            row["near_ties"], row["mismatches"] = verdicts.count("near-tie"), verdicts.count("MISMATCH")
-            row["matches_sequential"] = "yes" if row["near_ties"] == row["mismatches"] == 0 else (
-                f"{row['near_ties']} near-tie, {row['mismatches']} MISMATCH")
-        rows.append(row)
-    return with_skipped(rows, skipped)
-
-
 def markdown(table: pd.DataFrame) -> str:
     """The table in Markdown, with empty cells where values are missing. A value with an
     interval (`x`, `x_lo`, `x_hi`) is one cell, `x [lo, hi]`; an effect whose interval includes
@@ -161,53 +118,25 @@ def markdown(table: pd.DataFrame) -> str:
         index=False, floatfmt=".4g", missingval="")
 
 
-def best_lines(table: pd.DataFrame) -> list[str]:
-    """One sentence per row marked `best`."""
-    lines = []
-    for _, row in table[table.get("best", "") == "best"].iterrows():
-        ranks = f", {row['world_size']} ranks" if row.get("world_size", 1) > 1 else ""
-        seed = f" (seed {row['seed']})" if table["seed"].nunique() > 1 else ""
-        lines.append(
-            f"- Best on **{row['device']}** for {row['model']} / {row['dataset']}{seed}: "
-            f"`{row['strategy']}` at batch size **{row['batch_size']}** ({row['dtype']}{ranks}), "
-            f"{row['tokens_per_s']:.1f} tokens/s.")
+def skipped_lines(table: pd.DataFrame) -> list[str]:
     if table.get("note", pd.Series(dtype=str)).astype(str).str.startswith("skipped").any():
-        lines.append("- Runs marked *skipped* were predicted not to fit the device's "
-                     "`memory_budget_mb` and were not run.")
-    return lines
+        return ["- Runs marked *skipped* were predicted not to fit the device's "
+                "`memory_budget_mb` and were not run."]
+    return []
 
 
-def write_table(table: pd.DataFrame, tsv: str, md: str, title: str, notes: list[str]) -> None:
-    """The table as TSV, and as Markdown under `title` with `notes` below it."""
-    if any(f"{effect}_lo" in table for effect in EFFECTS):
+def write_table(table: pd.DataFrame, tsv: str, md: str, title: str, notes: list[str],
+                shown: pd.DataFrame | None = None) -> None:
+    """The table as TSV, and as Markdown (`shown`: the columns to read, default all) under
+    `title` with `notes` below it; the note on effects that include 0 only where one does."""
+    shown = table if shown is None else shown
+    text = markdown(shown)
+    if NO_EFFECT_MARK in text:
         notes = [*notes, NO_EFFECT_NOTE]
     with atomic_path(tsv) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.4g")
     with atomic_path(md) as tmp:
-        tmp.write_text("\n".join([f"# {title}", "", markdown(table), "", *notes]) + "\n")
-
-
-def plot_throughput(table: pd.DataFrame, png: str, title: str) -> None:
-    """Tokens/s and peak memory against batch size, one line per device and strategy."""
-    fig, (speed, memory) = subplots(1, 2, figsize=(11, 4))
-    for (seed, model, dataset, device, strategy), group in table.groupby(
-        ["seed", "model", "dataset", "device", "strategy"]
-    ):
-        group = group.sort_values("batch_size")
-        label = f"{device} {strategy}" + (f" ({model}/{dataset})" if table["model"].nunique() > 1
-                                          or table["dataset"].nunique() > 1 else "")
-        label += f" seed {seed}" if table["seed"].nunique() > 1 else ""
-        style = "o" if len(group) == 1 else "o-"
-        speed.plot(group["batch_size"], group["tokens_per_s"], style, label=label)
-        memory.plot(group["batch_size"], group["peak_mem_mb"], style, label=label)
-    for ax, ylabel in ((speed, "generated tokens / s"), (memory, "peak memory (MB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    speed.legend(fontsize=8)
-    fig.suptitle(title)
-    save_figure(fig, png)
+        tmp.write_text("\n".join([f"# {title}", "", text, "", *notes]) + "\n")
 
 
 def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
@@ -217,14 +146,15 @@ def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
     rows = []
     for _, run in runs.iterrows():
         base = sequential_baseline(runs, run,
-                                   ("seed", "model", "dataset", "device", "dtype", "world_size"))
+                                   ("seed", "model", "dataset", "device", "dtype", "threads",
+                                    "world_size"))
         rows.append({k: run[k] for k in GRPO_KEYS} | {
             "time_s": run["train_seconds"],
             "s_per_step": run["train_seconds"] / run["steps"],
             "scaling_vs_1_rank": single_rank_scaling(runs, run, RUN_KEYS),
             "tokens_per_s": run["rollout_tokens_per_second"],
             "gen_s_per_step": run["gen_seconds_per_step"],
-            "update_s_per_step": run["update_seconds_per_step"],
+            "update_s_per_update": update_seconds_per_update(run),
             "peak_mem_mb": run["peak_memory_mb"],
             "reward_first_quarter": run["reward_first_quarter"],
             "reward_final": run["reward_last_quarter"],
@@ -236,9 +166,14 @@ def grpo_table(metrics_paths: list[str]) -> pd.DataFrame:
             "speedup_vs_sequential": (base["train_seconds"] / run["train_seconds"]
                                       if base is not None else None),
         })
-    table = pd.DataFrame(rows).sort_values(GRPO_KEYS, ignore_index=True)
-    table["best"] = mark_best(table, SETUP, "tokens_per_s").map({True: "best", False: ""})
-    return table
+    return pd.DataFrame(rows).sort_values(GRPO_KEYS, ignore_index=True)
+
+
+def update_seconds_per_update(run) -> float | None:
+    """Seconds of a policy update that ran: skipped updates (no advantage) count as no time in
+    the per-step mean, so it is spread over the updates that ran (None: none ran)."""
+    ran = run["steps"] - run["skipped_updates"]
+    return run["update_seconds_per_step"] * run["steps"] / ran if ran else None
 
 
 def plot_grpo(metrics_paths: list[str], log_paths: list[str], png: str, title: str) -> None:
@@ -264,7 +199,8 @@ def plot_grpo(metrics_paths: list[str], log_paths: list[str], png: str, title: s
         eval_ax.plot(evals["step"], evals["eval_acc"], "o-", label=name)
         names.append(name)
         gen.append(run["gen_seconds_per_step"])
-        update.append(run["update_seconds_per_step"])
+        update.append(update_seconds_per_update(run) or 0.0)
+        names[-1] += f"\n{run['steps'] - run['skipped_updates']} updates, {run['skipped_updates']} skipped"
     reward_ax.set_ylabel("reward, moving average (10 steps)")
     eval_ax.set_ylabel("eval accuracy (greedy)")
     for ax in (reward_ax, eval_ax):
@@ -272,9 +208,9 @@ def plot_grpo(metrics_paths: list[str], log_paths: list[str], png: str, title: s
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
     reward_ax.legend(fontsize=7)
-    time_ax.barh(names, gen, label="rollout generation")
-    time_ax.barh(names, update, left=gen, label="policy update")
-    time_ax.set_xlabel("seconds per step (mean)")
+    time_ax.barh(names, gen, label="rollout generation, per step")
+    time_ax.barh(names, update, left=gen, label="policy update, per update that ran")
+    time_ax.set_xlabel("seconds (mean)")
     time_ax.tick_params(axis="y", labelsize=7)
     time_ax.legend(fontsize=8)
     fig.suptitle(title)
@@ -323,12 +259,10 @@ def self_consistency_table(metrics_paths: list[str], records_paths: list[str],
 
 
 def plot_self_consistency(table: pd.DataFrame, records_paths: list[str], png: str) -> None:
-    """Left: vote accuracy against k samples; right: tokens/s against batch size per strategy.
-
-    Every strategy and batch size draws the same samples, so the left panel shows one run per
-    model, dataset and device (labels read from the metrics.json beside each records file).
-    """
-    fig, (votes, speed) = subplots(1, 2, figsize=(11, 4))
+    """Vote accuracy against k samples, one line per model, dataset, device and seed (every
+    strategy and batch size draws the same samples). Its speed is the curve's
+    (`self_consistency_curve.png`)."""
+    fig, votes = subplots(1, 1, figsize=(6, 4))
     shown = set()
     for path in sorted(records_paths):
         metrics = read_json(Path(path).with_name("metrics.json"))
@@ -342,22 +276,10 @@ def plot_self_consistency(table: pd.DataFrame, records_paths: list[str], png: st
     votes.set_xlabel("samples voted on (k)")
     votes.set_ylabel("vote accuracy")
     votes.set_ylim(-0.02, 1.02)
-    for (seed, model, dataset, device, strategy), group in table.groupby(
-        ["seed", "model", "dataset", "device", "strategy"]
-    ):
-        group = group.sort_values("batch_size")
-        several = table["model"].nunique() > 1 or table["dataset"].nunique() > 1
-        label = f"{device} {strategy}" + (f" ({model}/{dataset})" if several else "")
-        label += f" seed {seed}" if table["seed"].nunique() > 1 else ""
-        speed.plot(group["batch_size"], group["tokens_per_s"], "o" if len(group) == 1 else "o-",
-                   label=label)
-    speed.set_xscale("log", base=2)
-    speed.set_xlabel("batch size (sequences generated together)")
-    speed.set_ylabel("generated tokens / s")
-    for ax in (votes, speed):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("Self-consistency: accuracy by samples, throughput by batch size")
+    votes.grid(alpha=0.3)
+    if shown:
+        votes.legend(fontsize=8)
+    fig.suptitle("Self-consistency: accuracy by samples voted on")
     save_figure(fig, png)
 
 
@@ -398,7 +320,7 @@ def distill_table(metrics_paths: list[str],
     runs = load_runs(metrics_paths)
     rows = []
     for _, run in runs.iterrows():
-        bs1 = matching(runs, run, ["seed", "model", "dataset", "device", "world_size"],
+        bs1 = matching(runs, run, ["seed", "model", "dataset", "device", "world_size", "threads"],
                        batch_size=1)
         student = student_name(run["model"], run["batch_size"], run["device"], run["world_size"])
         base = evaluated.get((run["seed"], run["model"], run["dataset"], run["device"]), missing)
@@ -434,9 +356,11 @@ def distill_lines(table: pd.DataFrame) -> list[str]:
     """The fastest run per model, dataset and device, and what it learned."""
     lines = []
     for (seed, model, dataset, device), group in table.groupby(SETUP):
+        if len(group) < 2:  # one setting: nothing to call fastest
+            continue
         best = group.loc[group["tokens_per_s"].idxmax()]
         which = f" (seed {seed})" if table["seed"].nunique() > 1 else ""
-        lines.append(f"- Fastest on **{device}** for {model} / {dataset}{which}: batch size "
+        lines.append(f"- Most tokens/s (one timing each) on **{device}** for {model} / {dataset}{which}: batch size "
                      f"**{best['batch_size']}** on {best['world_size']} rank(s), "
                      f"{best['tokens_per_s']:.0f} tokens/s, final "
                      f"validation loss {best['final_val_loss']:.3f} "
@@ -547,19 +471,37 @@ def make_table(stage: str, inputs: dict, outputs: dict, skipped: list[dict] = ()
         write_table(table, outputs["tsv"], outputs["md"], "Batch sizes chosen by auto",
                     autotune_lines(probes))
         return table
-    if stage == "evaluate":
-        table = evaluate_table(inputs["metrics"], inputs["records"], skipped)
-        plot_throughput(table, outputs["plot"], "Generation throughput and memory")
-        title, notes = "Batched MATH evaluation", best_lines(table)
-    elif stage == "self_consistency":
+    if stage in ("evaluate", "self_consistency_curve"):
+        from . import curve  # it builds on this module's helpers
+        accuracy = (curve.accuracies(inputs["metrics"], inputs["records"])
+                    if stage == "evaluate" else None)
+        table = curve.curve_table(inputs["points"], inputs["point_records"], accuracy, skipped)
+        greedy = stage == "evaluate"
+        curve.plot_curve(table, outputs["plot"], "Batched generation: throughput, latency, memory"
+                         if greedy else "Self-consistency: sequences in flight",
+                         panels=4 if greedy else 2)
+        title = "The batching curve" + ("" if greedy else " of self-consistency")
+        table = with_autotune(table, probes)
+        write_table(table, outputs["tsv"], outputs["md"], title,
+                    curve.curve_lines(table, "problems" if greedy else "problems x samples"),
+                    shown=curve.compact(table))
+        return table
+    if stage == "workload":
+        from . import curve
+        table = curve.workload_table(inputs["points"], inputs["point_records"])
+        curve.plot_workload(inputs["points"], inputs["point_records"], outputs["plot"])
+        write_table(table, outputs["tsv"], outputs["md"], "The timed workload's shape",
+                    curve.workload_lines(table), shown=curve.workload_view(table))
+        return table
+    if stage == "self_consistency":
         table = self_consistency_table(inputs["metrics"], inputs["records"], skipped)
         plot_self_consistency(table, inputs["records"], outputs["plot"])
-        title, notes = "Self-consistency (majority vote)", best_lines(table)
+        title, notes = "Self-consistency (majority vote)", skipped_lines(table)
     elif stage == "grpo":
         table = grpo_table(inputs["metrics"])
         plot_grpo(inputs["metrics"], inputs["logs"], outputs["plot"],
                   "GRPO: learning curves and time per step")
-        title, notes = "GRPO with batched rollouts", best_lines(table)
+        title, notes = "GRPO with batched rollouts", []
     elif stage == "distill":
         table = distill_table(inputs["metrics"], evaluations(inputs["evaluations"]))
         plot_distill(inputs["metrics"], inputs["logs"], outputs["plot"])

@@ -1,0 +1,167 @@
+"""Stage `time_generation`: one point of the batching curve, timed like a benchmark.
+
+One job per batch size runs every configured strategy on the same fixed workload (the first
+problems of the split; self-consistency: each with all its samples), so one process and one
+model load serve the whole sweep point. Per strategy: a warm-up of one batch that is not
+counted, then repeats of the whole workload (`core.timing`). All requests are submitted when a
+repeat starts, so a request's completion time includes its wait for earlier batches, as a
+client of an offline job sees it. Every repeat must give the same tokens; the tables check
+them against the one-at-a-time run's, token for token.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from ..core.devices import machine_record, resolve_device
+from ..core.io import read_jsonl, write_json, write_jsonl
+from ..core.machine import machine_limits
+from ..core.memory import PeakMemory
+from ..core.provenance import run_info
+from ..core.timing import Repeats, repeat
+from ..data.grading import extract_answer, is_correct
+from ..data.prompts import TextTokenizer, format_prompt
+from ..engine.generation import Greedy, generate
+from ..engine.padding import batches, pad_fraction
+from ..engine.workload import finished_row_share, length_stats
+from ..model.checkpoint import load_model
+from ..model.memory_model import baseline_mb, predict_peak_mb
+from ..model.roofline import bound_tokens_per_s
+from .self_consistency import make_sampler, majority_vote
+
+# The numbers whose interval decides how many repeats a point needs.
+WATCHED = ("tokens_per_s",)
+
+
+def workload(records: list[dict], tokenizer: TextTokenizer, prompt_style: str,
+             num_samples: int, suffix: str = "") -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """Prompts and their keys (problem, sample): each problem `num_samples` times in a row."""
+    encoded = [tokenizer.encode(format_prompt(r["problem"], prompt_style, suffix)) for r in records]
+    keys = [(p, s) for p in range(len(records)) for s in range(num_samples)]
+    return [encoded[p] for p, _ in keys], keys
+
+
+def correct_answers(records: list[dict], keys: list[tuple[int, int]], texts: list[str],
+                    num_samples: int) -> list[bool]:
+    """Per problem, whether its answer is right: the greedy answer, or the samples' vote."""
+    answers: dict[int, list] = {}
+    for (p, _), text in zip(keys, texts):
+        answers.setdefault(p, []).append(extract_answer(text))
+    if num_samples == 1:
+        return [is_correct(answers[p][0], records[p]["answer"]) for p in sorted(answers)]
+    return [is_correct(majority_vote(answers[p]).answer, records[p]["answer"])
+            for p in sorted(answers)]
+
+
+def one_repeat(generate_all, decode, correct_of) -> tuple[dict[str, float], object]:
+    """Time one run of the whole workload: its numbers and its result."""
+    start = time.perf_counter()
+    result = generate_all()
+    wall = time.perf_counter() - start
+    completion = result.completion
+    correct = sum(correct_of([decode(t) for t in result.tokens]))
+    return {
+        "tokens_per_s": result.generated_tokens / wall,
+        "correct_per_s": correct / wall,
+        "wall_s": wall,
+        "completion_p50_s": float(np.percentile(completion, 50)),
+        "completion_p95_s": float(np.percentile(completion, 95)),
+        "completion_p99_s": float(np.percentile(completion, 99)),
+        "service_p50_s": float(np.percentile(result.latency, 50)),
+        "ttft_p50_s": float(np.percentile(result.time_to_first_token, 50)),
+        "tpot_p50_ms": 1e3 * float(np.median(result.time_per_output_token or [0.0])),
+        "decode_step_ms": 1e3 * result.decode_seconds / max(result.decode_steps, 1),
+        "decode_share": result.decode_seconds / (result.decode_seconds + result.prefill_seconds),
+    }, result
+
+
+def time_generation(
+    model_dir: str, records_path: str, out_records: str, out_metrics: str, *,
+    strategies: list[str], batch_size: int, device: str, dtype: str, max_new_tokens: int,
+    prompt_style: str, threads: int, n_problems: int, repeats: Repeats, num_samples: int = 1,
+    temperature: float = 0.0, top_p: float = 1.0, prompt_suffix: str = "", seed: int = 0,
+    params: dict, labels: dict,
+) -> dict:
+    """Time every strategy at `batch_size` on the first `n_problems` problems (`num_samples`
+    each; greedy at temperature 0). Writes each strategy's outputs and timed numbers."""
+    torch_device = resolve_device(device)  # fail before any work
+    torch.set_num_threads(threads)
+    records = read_jsonl(records_path)[:n_problems]
+    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
+    prompts, keys = workload(records, tokenizer, prompt_style, num_samples, prompt_suffix)
+    model = load_model(model_dir, dtype=dtype, device=torch_device)
+    baseline = baseline_mb(model)
+    model.pack_for_inference(batch_size)
+    sampler = make_sampler(temperature, top_p, seed) if num_samples > 1 else Greedy()
+    prompt_lengths = [len(p) for p in prompts]
+    limits = machine_limits(torch_device, model.dtype)
+    runs, outputs = [], []
+    for strategy in strategies:
+        size = 1 if strategy == "sequential" else batch_size
+
+        def generate_some(count: int):
+            return generate(model, prompts[:count], strategy=strategy, batch_size=size,
+                            max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
+                            pad_token_id=tokenizer.pad_token_id, sampler=sampler,
+                            keys=keys[:count])
+
+        results = []
+
+        def run() -> dict[str, float]:
+            numbers, result = one_repeat(
+                lambda: generate_some(len(prompts)), tokenizer.decode,
+                lambda texts: correct_answers(records, keys, texts, num_samples))
+            results.append(result)
+            return numbers
+
+        with PeakMemory(torch_device) as memory:
+            summaries, samples = repeat(run, repeats, WATCHED, warm_up=lambda: generate_some(size))
+        first = results[0]
+        if any(r.tokens != first.tokens for r in results[1:]):
+            raise RuntimeError(f"{strategy} at batch size {size}: repeats gave different tokens; "
+                               "timing a nondeterministic run compares nothing")
+        steps = first.steps
+        # a decode step's bound at the workload's typical context: prompt and half an answer
+        context = int(np.median(prompt_lengths) + np.median(steps) / 2)
+        bound, bound_by = bound_tokens_per_s(model.cfg, dtype, size, context, limits)
+        correct = correct_answers(records, keys, [tokenizer.decode(t) for t in first.tokens],
+                                  num_samples)
+        runs.append({
+            "strategy": strategy, "batch_size": size, "repeats": len(samples),
+            "summaries": {name: s.as_dict() for name, s in summaries.items()},
+            "samples": samples,
+            "generated_tokens": first.generated_tokens,
+            "accuracy": float(np.mean(correct)),
+            "peak_memory_mb": memory.peak_mb, "memory_measure": memory.measure,
+            "kv_cache_mb": first.kv_cache_mb,
+            "predicted_peak_memory_mb": predict_peak_mb(
+                model.cfg, dtype, size, max(prompt_lengths), max_new_tokens, device, baseline,
+                distinct_prompts=min(size, len(records)))["total"],
+            "prompt_length": length_stats(prompt_lengths),
+            "answer_length": length_stats(steps),
+            "pad_fraction": (pad_fraction([[prompt_lengths[i] for i in rows]
+                                           for rows in batches(range(len(prompts)), size)])
+                             if strategy in ("batched", "batched_stop") else 0.0),
+            "finished_row_share": (finished_row_share(steps, first.batch_rows)
+                                   if strategy == "batched" else 0.0),
+            "truncated": sum(stop is None for stop in first.stop_tokens),
+            "bound_tokens_per_s": bound, "bound_by": bound_by,
+        })
+        outputs += [{"strategy": strategy, "index": i, "key": list(key),
+                     "generated_ids": tokens, "margins": margins, "steps": n}
+                    for i, (key, tokens, margins, n) in enumerate(
+                        zip(keys, first.tokens, first.margins, steps))]
+    write_jsonl(outputs, out_records)
+    metrics = labels | {
+        "n_problems": len(records), "num_samples": num_samples, "n_prompts": len(prompts),
+        "max_new_tokens": max_new_tokens, "dtype": dtype, "threads": torch.get_num_threads(),
+        "temperature": temperature if num_samples > 1 else 0.0,
+        "model_shape": model.cfg.to_dict(),
+        "machine": machine_record(torch_device), "machine_limits": limits.as_dict(),
+        "runs": runs,
+    } | run_info(params, torch_device, __name__)
+    write_json(metrics, out_metrics)
+    return metrics

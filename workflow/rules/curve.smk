@@ -1,0 +1,34 @@
+# The batching curves: one job per stage, model, dataset, batch size, device and thread count
+# times every configured strategy at that size (warm-up excluded, repeats, intervals).
+rule time_generation:
+    input:
+        model=model_input,
+        records=dataset_file,
+    output:
+        records="results/seed{seed}/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}/records.jsonl",
+        metrics="results/seed{seed}/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}/metrics.json",
+    log:
+        "results/seed{seed}/logs/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}.log",
+    benchmark:
+        "results/seed{seed}/benchmarks/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}.tsv"
+    wildcard_constraints:
+        stage=r"evaluate|self_consistency",
+    threads: lambda wildcards: int(wildcards.threads)
+    resources:
+        **PARTITION,
+        timing=1,
+        mem_mb=curve_resource("mem_mb"),
+        runtime="2h",
+        gpu=curve_resource("gpu"),
+    params:
+        strategies=lambda w: PLAN.curve_strategies(w.stage, int(w.batch_size)),
+        problems=lambda w: PLAN.curve_setting(w.stage)["problems"],
+        timing=config["timing"],
+        sampling=lambda w: PLAN.curve_sampling(w.stage),
+        dtype=dtype_of,
+        max_new_tokens=lambda w: config[w.stage]["max_new_tokens"],
+        prompt_style=prompt_style_of,
+        seed=seed_of,
+        code=CODE["time_generation"],
+    script:
+        "../scripts/time_generation.py"
