@@ -453,6 +453,7 @@ def plot_autotune(probe_paths: list[str], png: str) -> None:
         memory.axhline(probe["budget_mb"] * (1 - probe["thresholds"]["headroom"]), color="C1",
                        alpha=0.4, linestyle=":")
         memory.set_ylabel("peak memory (MB); dotted: budget less headroom", color="C1")
+        memory.set_ylim(bottom=0)  # a few MB of growth must not look like a cliff
         ax.axvline(probe["batch_size"], color="C2", alpha=0.6)
         ax.set_xscale("log", base=2)
         ax.set_xlabel(f"batch size (chosen: {probe['batch_size']})")
