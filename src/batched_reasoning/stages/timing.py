@@ -12,6 +12,7 @@ them against the one-at-a-time run's, token for token.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -78,6 +79,55 @@ def one_repeat(generate_all, decode, correct_of) -> tuple[dict[str, float], obje
     }, result
 
 
+@dataclass
+class Workload:
+    """What every strategy of a point runs: the model, its prompts and how answers are graded."""
+
+    model: object
+    tokenizer: TextTokenizer
+    records: list[dict]
+    prompts: list[list[int]]
+    keys: list[tuple[int, int]]
+    sampler: object
+    num_samples: int
+    max_new_tokens: int
+
+    def generate(self, strategy: str, batch_size: int, count: int):
+        return generate(self.model, self.prompts[:count], strategy=strategy,
+                        batch_size=batch_size, max_new_tokens=self.max_new_tokens,
+                        eos_token_id=self.tokenizer.end_token_ids,
+                        pad_token_id=self.tokenizer.pad_token_id, sampler=self.sampler,
+                        keys=self.keys[:count])
+
+    def correct_texts(self, texts: list[str]) -> list[bool]:
+        return correct_answers(self.records, self.keys, texts, self.num_samples)
+
+    def correct(self, tokens: list[list[int]]) -> list[bool]:
+        return self.correct_texts([self.tokenizer.decode(t) for t in tokens])
+
+
+def time_strategy(work: Workload, strategy: str, size: int, repeats: Repeats, device):
+    """A warm-up batch, then the repeats of the whole workload; their summaries, the raw
+    repeats, the first repeat's result and the peak memory. Every repeat must give the same
+    tokens."""
+    results = []
+
+    def run() -> dict[str, float]:
+        numbers, result = one_repeat(lambda: work.generate(strategy, size, len(work.prompts)),
+                                     work.tokenizer.decode, work.correct_texts)
+        results.append(result)
+        return numbers
+
+    with PeakMemory(device) as memory:
+        summaries, samples = repeat(run, repeats, WATCHED,
+                                    warm_up=lambda: work.generate(strategy, size, size))
+    first = results[0]
+    if any(r.tokens != first.tokens for r in results[1:]):
+        raise RuntimeError(f"{strategy} at batch size {size}: repeats gave different tokens; "
+                           "timing a nondeterministic run compares nothing")
+    return summaries, samples, first, memory
+
+
 def time_generation(
     model_dir: str, records_path: str, out_records: str, out_metrics: str, *,
     strategies: list[str], batch_size: int, device: str, dtype: str, max_new_tokens: int,
@@ -96,64 +146,29 @@ def time_generation(
     baseline = baseline_mb(model)
     model.pack_for_inference(batch_size)
     sampler = make_sampler(temperature, top_p, seed) if num_samples > 1 else Greedy()
-    prompt_lengths = [len(p) for p in prompts]
+    work = Workload(model, tokenizer, records, prompts, keys, sampler, num_samples,
+                    max_new_tokens)
     limits = machine_limits(torch_device, model.dtype)
     runs, outputs = [], []
     for strategy in strategies:
         size = 1 if strategy == "sequential" else batch_size
-
-        def generate_some(count: int):
-            return generate(model, prompts[:count], strategy=strategy, batch_size=size,
-                            max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
-                            pad_token_id=tokenizer.pad_token_id, sampler=sampler,
-                            keys=keys[:count])
-
-        results = []
-
-        def run() -> dict[str, float]:
-            numbers, result = one_repeat(
-                lambda: generate_some(len(prompts)), tokenizer.decode,
-                lambda texts: correct_answers(records, keys, texts, num_samples))
-            results.append(result)
-            return numbers
-
-        with PeakMemory(torch_device) as memory:
-            summaries, samples = repeat(run, repeats, WATCHED, warm_up=lambda: generate_some(size))
-        first = results[0]
-        if any(r.tokens != first.tokens for r in results[1:]):
-            raise RuntimeError(f"{strategy} at batch size {size}: repeats gave different tokens; "
-                               "timing a nondeterministic run compares nothing")
-        steps = first.steps
-        # a decode step's bound at the workload's typical context: prompt and half an answer
-        context = int(np.median(prompt_lengths) + np.median(steps) / 2)
-        bound, bound_by = bound_tokens_per_s(model.cfg, dtype, size, context, limits)
-        correct = correct_answers(records, keys, [tokenizer.decode(t) for t in first.tokens],
-                                  num_samples)
+        summaries, samples, first, memory = time_strategy(work, strategy, size, repeats,
+                                                          torch_device)
         runs.append({
             "strategy": strategy, "batch_size": size, "repeats": len(samples),
             "summaries": {name: s.as_dict() for name, s in summaries.items()},
-            "samples": samples,
-            "generated_tokens": first.generated_tokens,
-            "accuracy": float(np.mean(correct)),
+            "samples": samples, "generated_tokens": first.generated_tokens,
+            "accuracy": float(np.mean(work.correct(first.tokens))),
             "peak_memory_mb": memory.peak_mb, "memory_measure": memory.measure,
             "kv_cache_mb": first.kv_cache_mb,
             "predicted_peak_memory_mb": predict_peak_mb(
-                model.cfg, dtype, size, max(prompt_lengths), max_new_tokens, device, baseline,
-                distinct_prompts=min(size, len(records)))["total"],
-            "prompt_length": length_stats(prompt_lengths),
-            "answer_length": length_stats(steps),
-            "pad_fraction": (pad_fraction([[prompt_lengths[i] for i in rows]
-                                           for rows in batches(range(len(prompts)), size)])
-                             if strategy in ("batched", "batched_stop") else 0.0),
-            "finished_row_share": (finished_row_share(steps, first.batch_rows)
-                                   if strategy == "batched" else 0.0),
-            "truncated": sum(stop is None for stop in first.stop_tokens),
-            "bound_tokens_per_s": bound, "bound_by": bound_by,
-        })
+                model.cfg, dtype, size, max(map(len, prompts)), max_new_tokens, device,
+                baseline, distinct_prompts=min(size, len(records)))["total"],
+        } | shape(work, strategy, size, first, limits))
         outputs += [{"strategy": strategy, "index": i, "key": list(key),
                      "generated_ids": tokens, "margins": margins, "steps": n}
                     for i, (key, tokens, margins, n) in enumerate(
-                        zip(keys, first.tokens, first.margins, steps))]
+                        zip(keys, first.tokens, first.margins, first.steps))]
     write_jsonl(outputs, out_records)
     metrics = labels | {
         "n_problems": len(records), "num_samples": num_samples, "n_prompts": len(prompts),
@@ -165,3 +180,23 @@ def time_generation(
     } | run_info(params, torch_device, __name__)
     write_json(metrics, out_metrics)
     return metrics
+
+
+def shape(work: Workload, strategy: str, size: int, result, limits) -> dict:
+    """The workload's shape as this strategy ran it, and the roofline's bound on it."""
+    prompt_lengths, steps = [len(p) for p in work.prompts], result.steps
+    # a decode step's bound at the workload's typical context: prompt and half an answer
+    context = int(np.median(prompt_lengths) + np.median(steps) / 2)
+    bound, bound_by = bound_tokens_per_s(work.model.cfg, str(work.model.dtype).removeprefix(
+        "torch."), size, context, limits)
+    return {
+        "prompt_length": length_stats(prompt_lengths),
+        "answer_length": length_stats(steps),
+        "pad_fraction": (pad_fraction([[prompt_lengths[i] for i in rows]
+                                       for rows in batches(range(len(prompt_lengths)), size)])
+                         if strategy in ("batched", "batched_stop") else 0.0),
+        "finished_row_share": (finished_row_share(steps, result.batch_rows)
+                               if strategy == "batched" else 0.0),
+        "truncated": sum(stop is None for stop in result.stop_tokens),
+        "bound_tokens_per_s": bound, "bound_by": bound_by,
+    }
