@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from .cpu_class import current_cpu_class
+
 
 def resolve_device(name: str) -> torch.device:
     """The torch device for `name`, or a clear error if this machine has none."""
@@ -60,7 +62,9 @@ def machine_record(device: torch.device) -> dict:
     memory), cores, threads and the software under the model."""
     record = {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "device": device.type, "device_name": device_name(device),
-              "cuda": torch.version.cuda, "gpu_memory_gb": None, "driver": None}
+              "cuda": torch.version.cuda, "gpu_memory_gb": None, "driver": None,
+              # the kernels' instruction set, where a run caps it to act out another CPU class
+              "cpu_class": current_cpu_class(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if device.type == "cuda":
         record["gpu_memory_gb"] = round(torch.cuda.get_device_properties(device).total_memory
                                         / 2**30, 1)
@@ -71,10 +75,3 @@ def machine_record(device: torch.device) -> dict:
         except (OSError, subprocess.SubprocessError):
             pass
     return record
-
-
-def machine_label(record: dict) -> str:
-    """A machine's name in merged tables: its processor and threads."""
-    name = record["device_name"] if record["device"] != "cpu" else record["cpu"]
-    threads = record["threads"]
-    return f"{name}, {threads} thread{'s' if threads > 1 else ''}"

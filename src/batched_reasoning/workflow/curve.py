@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..core.devices import machine_label
+from .names import machine_label
 from ..core.io import read_json, read_jsonl
 from ..core.plots import save_figure, subplots
 from ..core.timing import Summary, winner

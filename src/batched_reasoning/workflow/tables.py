@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.io import atomic_path, read_json, read_jsonl
-from .plan import student_name
+from .names import student_name
 from ..core.plots import moving_average, save_figure, subplots
 from .stats import includes_zero, paired_difference, wilson_interval
 

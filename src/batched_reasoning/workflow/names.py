@@ -1,0 +1,19 @@
+"""Names that runs and tables share. Kept free of torch, so the table jobs start fast."""
+
+from __future__ import annotations
+
+
+def student_name(model: str, batch_size, device: str, world_size=1) -> str:
+    """The model name a distilled student is evaluated under (`-wsN` only for N > 1 ranks)."""
+    ranks = f"-ws{world_size}" if int(world_size) > 1 else ""
+    return f"{model}-distilled-bs{batch_size}-{device}{ranks}"
+
+
+def machine_label(record: dict) -> str:
+    """A machine's name in merged tables: its processor (and the CPU class it acted out, if
+    any) and threads."""
+    name = record["device_name"] if record["device"] != "cpu" else record["cpu"]
+    if record["device"] == "cpu" and record.get("cpu_class", "native") != "native":
+        name += f" as {record['cpu_class']}"  # the same processor acting out another class
+    threads = record["threads"]
+    return f"{name}, {threads} thread{'s' if threads > 1 else ''}"
