@@ -20,12 +20,14 @@ include: "workflow/rules/grpo.smk"
 include: "workflow/rules/distill.smk"
 include: "workflow/rules/autotune.smk"
 include: "workflow/rules/curve.smk"
+include: "workflow/rules/appendix_e.smk"
 include: "workflow/rules/tables.smk"
 
 
 rule all:
     default_target: True
     input:
+        rules.appendix_e_table.output,
         rules.evaluate_table.output,
         rules.workload_table.output,
         rules.self_consistency_table.output,

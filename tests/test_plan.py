@@ -14,6 +14,7 @@ from batched_reasoning.workflow.plan import (
     PlanError,
     TrainingRun,
     check_shape,
+    split_source,
     student_name,
 )
 from batched_reasoning.world.toy_tokenizer import QWEN3_SPECIAL_TOKENS
@@ -49,6 +50,26 @@ def test_sequential_runs_once_and_every_other_strategy_at_every_batch_size():
     # accuracy: one greedy run over the whole split per model
     assert plan.accuracy_runs() == [
         GenerationRun(0, "toy-distilled-bs8-cpu", "arith", "batched_stop", 64, "cpu")]
+
+
+def test_appendix_e_times_each_training_stage_one_at_a_time_against_its_own_settings():
+    plan = plan_of(grpo__strategies=["sequential", "batched_stop", "continuous"],
+                   grpo__batch_sizes=[4, 8], distill__batch_sizes=[1, 8])
+    timed = plan.timed_trainings()
+    assert [(t.stage, t.model, t.dataset, t.device, t.threads) for t in timed] == [
+        ("grpo", "toy", "arith", "cpu", 2), ("distill", "toy", "arith", "cpu", 2)]
+    assert timed[0].path("metrics.json") == \
+        "results/seed0/timed_training/grpo/toy/arith/cpu/t2/metrics.json"
+    # one at a time is the stage's own baseline: never listed among the batched settings
+    assert plan.timed_settings("grpo", 0, "toy", "arith", "cpu") == [
+        ["batched_stop", 4], ["batched_stop", 8], ["continuous", 4], ["continuous", 8]]
+    assert plan.timed_settings("distill", 0, "toy", "arith", "cpu") == [8]
+    assert plan.configured_settings() == {
+        "evaluate": ["batched_stop", 64], "self_consistency": ["continuous", 64],
+        "grpo": ["batched_stop", 4], "distill": ["batched", 8]}
+    inputs = plan.appendix_inputs()
+    assert inputs["training"] == [t.path("metrics.json") for t in timed]
+    assert inputs["evaluate"] == plan.curve_inputs("evaluate")["points"]
 
 
 def test_the_thread_count_a_job_gets_is_part_of_its_curve_point():
@@ -100,10 +121,44 @@ def test_memory_budget_skips_the_runs_predicted_not_to_fit_and_says_why():
     ({"evaluate__models": ["gpt-5"]}, "evaluate.models names 'gpt-5'"),
     ({"grpo__world_sizes": [1, 64]}, "grpo.world_sizes has 64"),
     ({"distill__world_sizes": [16]}, "distill.world_sizes has 16"),
+    # a hub dataset is a test split: GRPO would have no training problems
+    ({"grpo__datasets": ["math500"]}, "grpo.datasets names 'math500', which has no train split"
+                                      r".*give datasets.math500 a `train`"),
 ])
 def test_config_errors_name_their_key(changes, named):
     with pytest.raises(PlanError, match=named):
         plan_of(**changes)
+
+
+def test_a_train_split_comes_from_its_own_file_and_repo():
+    hub = {"source": "hub", "repo_id": "HuggingFaceH4/MATH-500", "filename": "test.jsonl",
+           "revision": "v1", "train": {"repo_id": "rasbt/math_full_minus_math500",
+                                       "filename": "data/train.parquet"}}
+    assert split_source(hub, "test") == {"repo_id": "HuggingFaceH4/MATH-500",
+                                         "filename": "test.jsonl", "revision": "v1"}
+    # another repo's revision is its own, never the test split's
+    assert split_source(hub, "train") == {"repo_id": "rasbt/math_full_minus_math500",
+                                          "filename": "data/train.parquet", "revision": None}
+    local = {"source": "local", "path": "mine.json", "train": {"path": "train.json"}}
+    assert split_source(local, "train") == {"path": "train.json"}
+    config = copy.deepcopy(DEFAULTS)
+    config["datasets"]["math500"]["train"] = hub["train"]
+    config["grpo"]["datasets"] = ["math500"]
+    assert Plan(config).grpo_runs()[0].dataset == "math500"
+
+
+def test_results_dir_moves_every_output_of_a_configuration():
+    config = copy.deepcopy(DEFAULTS) | {"results_dir": "results/other"}
+    config["evaluate"]["batch_sizes"] = [1, "auto"]
+    plan = Plan(config, choice=lambda probe: 4)
+    paths = [p for stage in ("evaluate", "self_consistency", "grpo", "distill", "workload")
+             for group in plan.table_inputs(stage).values() for p in group]
+    paths += [p for group in plan.appendix_inputs().values() for p in group]
+    paths += [plan.model_dir("toy", "arith", 0), plan.model_dir("toy-distilled-bs8-cpu", "arith", 0)]
+    paths += [probe.path() for probe in plan.probes()]
+    assert len(paths) > 20
+    assert all(p.startswith("results/other/") for p in paths), [
+        p for p in paths if not p.startswith("results/other/")]
 
 
 def test_a_hub_model_must_declare_its_shape():

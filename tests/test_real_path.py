@@ -4,16 +4,17 @@ weights) runs `configs/qwen3-0.6b-math500.yaml` on a few problems, with `HF_HUB_
 
 import json
 import os
+import re
 
 import pandas as pd
 import pytest
 import yaml
 from conftest import SHARED_DATA, TINY, random_model
 from test_hub import cache_repo
-from workflow_helpers import copy_workflow, snakemake
+from workflow_helpers import REPO, copy_workflow, snakemake
 
 from batched_reasoning.model.checkpoint import save_model
-from batched_reasoning.core.io import read_json
+from batched_reasoning.core.io import read_json, read_jsonl
 from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -91,3 +92,35 @@ def test_the_qwen_config_runs_offline_from_the_hugging_face_cache(hub_cache, tmp
     assert reasoning["end_token_ids"] == list(ends)  # generation_config.json's two end tokens
     assert reasoning["n_problems"] == 3
     assert (workdir / "resources/models/qwen3-0.6b-base/generation_config.json").is_file()
+
+
+def test_the_appendix_e_config_plans_the_books_four_workloads_apart_offline(hub_cache, tmp_path):
+    """configs/appendix-e.yaml: every workload on Qwen3-0.6B under results/appendix-e/, GRPO's
+    training problems from a Parquet file of another dataset repo, read from the cache."""
+    cache, _, vocab_size = hub_cache
+    train = [{"problem": "What is $1+1$?", "level": "Level 1", "type": "Prealgebra",
+              "solution": "$\\boxed{2}$", "answer": "2", "unique_id": 7}]
+    parquet = tmp_path / "train.parquet"
+    pd.DataFrame(train).to_parquet(parquet)
+    config = yaml.safe_load((REPO / "configs/appendix-e.yaml").read_text())
+    cache_repo(cache, "dataset", config["datasets"]["math500"]["train"]["repo_id"], COMMIT,
+               {config["datasets"]["math500"]["train"]["filename"]: parquet.read_bytes()})
+    shape = {key: value for key, value in TINY.items() if key != "max_position_embeddings"}
+    config["models"] = {name: {"shape": shape | {"vocab_size": vocab_size}}
+                        for name in ("qwen3-0.6b-base", "qwen3-0.6b-reasoning")}
+    workdir = copy_workflow(tmp_path / "run", config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    env |= {"HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf_home"),
+            "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+    plan = snakemake(workdir, "-n", env=env).stdout
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan, re.M))
+    assert jobs["time_training"] == "2" and jobs["appendix_e_table"] == "1"
+    assert "results/appendix-e/tables/appendix_e.tsv" in plan
+    assert "results/appendix-e/seed0/timed_training/grpo/qwen3-0.6b-base/math500/cuda/" in plan
+    assert "results/appendix-e/seed0/curve/evaluate/qwen3-0.6b-reasoning/math500/bs64/cuda/" in plan
+    assert "results/appendix-e/seed0/curve/self_consistency/qwen3-0.6b-base/math500/bs3/cuda/" in plan
+    assert not re.search(r"(?<![\w/-])results/(seed|tables|plots)", plan)  # never the default run's
+
+    snakemake(workdir, "resources/data/math500/train.jsonl", env=env)
+    assert read_jsonl(workdir / "resources/data/math500/train.jsonl") == train

@@ -128,9 +128,12 @@ def test_changed_grpo_lr_reruns_only_grpo(workdir):
     edit_config(workdir, lambda c: c["grpo"].update(lr=3e-4))
     grpo_runs = len(plan_of(workdir).grpo_runs())
     assert grpo_runs >= 4  # strategies x 2 world sizes
-    assert run(workdir) == {"grpo": grpo_runs, "grpo_table": 1, "story_table": 1}
+    # GRPO's timing for Appendix E's table runs with the stage's settings: it reruns too
+    assert run(workdir) == {"grpo": grpo_runs, "grpo_table": 1, "story_table": 1,
+                            "time_training": 1, "appendix_e_table": 1}
     changed = changed_files(before, snapshot(workdir))
-    assert changed and all("grpo" in path or "story" in path for path in changed), sorted(changed)
+    assert changed and all(any(part in path for part in ("grpo", "story", "appendix_e"))
+                           for path in changed), sorted(changed)
     assert run(workdir) == {}
 
 
@@ -163,10 +166,13 @@ def test_sampler_code_edit_reruns_only_sampling_stages(workdir):
                             "self_consistency_table": 1, "time_generation": points,
                             "evaluate_table": 1, "workload_table": 1,
                             "self_consistency_curve_table": 1,
-                            "grpo": len(plan.grpo_runs()), "grpo_table": 1, "story_table": 1}
+                            "grpo": len(plan.grpo_runs()), "grpo_table": 1, "story_table": 1,
+                            "time_training": len(plan.timed_trainings()),
+                            "appendix_e_table": 1}
     changed = changed_files(before, snapshot(workdir))
     assert all(any(stage in path for stage in ("self_consistency", "grpo", "story", "/curve/",
-                                               "tables/evaluate", "plots/evaluate", "workload"))
+                                               "tables/evaluate", "plots/evaluate", "workload",
+                                               "timed_training", "appendix_e"))
                for path in changed), sorted(changed)
 
 

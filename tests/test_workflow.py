@@ -120,6 +120,23 @@ def test_every_table_says_how_sure_its_accuracies_and_effects_are(finished_run):
     assert (finished_run / "results/plots/story.png").stat().st_size > 10_000
 
 
+def test_appendix_e_table_fills_all_eight_cells(finished_run):
+    """Every workload one at a time and batched, each batched row with its speedup and
+    interval, every row with its total time and the book's figures."""
+    table = pd.read_csv(finished_run / "results/tables/appendix_e.tsv", sep="\t")
+    assert list(zip(table["workload"], table["mode"])) == [
+        (w, m) for w in ("evaluation", "self_consistency", "grpo", "distillation")
+        for m in ("one at a time", "batched")]
+    assert table[["work_s", "total_s", "throughput", "peak_mem_mb", "book_h100_min"]].notna().all().all()
+    assert (table["total_s"] > table["work_s"]).all()  # the job's start-up is in the total
+    batched = table[table["mode"] == "batched"]
+    assert (batched["speedup_lo"] <= batched["speedup"]).all()
+    assert (batched["speedup"] <= batched["speedup_hi"]).all()
+    assert batched["same_outputs"].str.startswith("yes").all(), batched["same_outputs"].tolist()
+    assert "book: H100 min" in (finished_run / "results/tables/appendix_e.md").read_text()
+    assert (finished_run / "results/plots/appendix_e.png").stat().st_size > 10_000
+
+
 def test_seeds_are_replicates_that_share_the_data(tmp_path):
     config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG)) | {"seeds": [0, 1]}
     plan = snakemake(copy_workflow(tmp_path, config), "-n").stdout
@@ -209,7 +226,7 @@ def test_broken_dataset_record_is_named(tmp_path):
         '{"problem": "1+1?", "answer": "2"}\n{"problem": "2+2?"}\n')
     out = snakemake(workdir, "--until", "import_local_dataset", check=False)
     assert out.returncode != 0
-    log = (workdir / "results/logs/import_local_dataset/mine.log").read_text()
+    log = (workdir / "results/logs/import_local_dataset/mine/test.log").read_text()
     assert "mine.jsonl" in log and "record 1" in log and "answer" in log
     assert not (workdir / "resources/data/mine/test.jsonl").exists()
 

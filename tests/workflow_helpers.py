@@ -30,9 +30,10 @@ TINY_CONFIG = {
     "timing": {"minimum_repeats": 2, "maximum_repeats": 2},
     "grpo": {"strategies": ["sequential", "batched_stop"], "batch_sizes": [4],
              "world_sizes": [1, 2], "steps": 4, "num_rollouts": 4,
-             "max_new_tokens": 8, "checkpoint_every": 2, "eval_every": 2, "eval_problems": 4},
+             "max_new_tokens": 8, "checkpoint_every": 2, "eval_every": 2, "eval_problems": 4,
+             "timed_steps": 2},
     "distill": {"batch_sizes": [1, 4], "world_sizes": [1, 2], "validation_size": 8,
-                "log_every": 5, "checkpoint_every": 10},
+                "log_every": 5, "checkpoint_every": 10, "timed_steps": 2},
 }
 
 

@@ -7,11 +7,11 @@ checkpoint autotune:
     input:
         unpack(autotune_input),
     output:
-        json="results/autotune/seed{seed}/{stage}/{model}/{dataset}/{device}.json",
+        json=out("autotune/seed{seed}/{stage}/{model}/{dataset}/{device}.json"),
     log:
-        "results/logs/autotune/seed{seed}/{stage}/{model}/{dataset}/{device}.log",
+        out("logs/autotune/seed{seed}/{stage}/{model}/{dataset}/{device}.log"),
     benchmark:
-        "results/benchmarks/autotune/seed{seed}/{stage}/{model}/{dataset}/{device}.tsv"
+        out("benchmarks/autotune/seed{seed}/{stage}/{model}/{dataset}/{device}.tsv")
     wildcard_constraints:
         stage=r"evaluate|self_consistency|grpo|distill",
     threads: config["threads"]

@@ -5,7 +5,13 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from batched_reasoning.workflow.autotune import chosen_batch_size, measured_peak_mb
-from batched_reasoning.workflow.plan import Plan, PlanError, Probe, TrainingRun
+from batched_reasoning.workflow.plan import (
+    Plan,
+    PlanError,
+    Probe,
+    TrainingRun,
+    split_source,
+)
 from batched_reasoning.core.provenance import script_code_hash
 
 if "seed" in config:
@@ -16,6 +22,13 @@ if "seed" in config:
 # `--config seeds=[0,1]` arrives as a list of strings
 config["seeds"] = [int(s) if str(s).isdigit() else s for s in config.get("seeds", [0])]
 validate(config, "../schemas/config.schema.yaml")
+# where this configuration's results go: a configuration of its own keeps them apart
+RESULTS = config["results_dir"]
+
+
+def out(path):
+    """`path` under this configuration's results folder."""
+    return f"{RESULTS}/{path}"
 
 
 def chosen_size(probe):
@@ -101,6 +114,7 @@ def probed_peak_mb(stage, wildcards):
         wildcards.model,
         wildcards.dataset,
         wildcards.device,
+        RESULTS,
     )
     if not Path(probe.path()).exists():
         return None
@@ -206,5 +220,31 @@ def curve_resource(key):
 
     def value(wildcards, attempt):
         return generation_resource(wildcards.stage, key)(wildcards, attempt)
+
+    return value
+
+
+def timed_training_resource(key):
+    """Memory and GPUs of a training timing: as for its stage's run at the largest batch size
+    it times."""
+
+    def value(wildcards, attempt):
+        settings = PLAN.timed_settings(
+            wildcards.stage,
+            int(wildcards.seed),
+            wildcards.model,
+            wildcards.dataset,
+            wildcards.device,
+        )
+        sizes = [s[1] if isinstance(s, list) else s for s in settings] or [1]
+        run = TrainingRun(
+            int(wildcards.seed),
+            wildcards.model,
+            wildcards.dataset,
+            max(sizes),
+            wildcards.device,
+            1,
+        )
+        return PLAN.training_resources(wildcards.stage, run, attempt)[key]
 
     return value

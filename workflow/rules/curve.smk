@@ -5,12 +5,20 @@ rule time_generation:
         model=model_input,
         records=dataset_file,
     output:
-        records="results/seed{seed}/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}/records.jsonl",
-        metrics="results/seed{seed}/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}/metrics.json",
+        records=out(
+            "seed{seed}/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}/records.jsonl"
+        ),
+        metrics=out(
+            "seed{seed}/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}/metrics.json"
+        ),
     log:
-        "results/seed{seed}/logs/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}.log",
+        out(
+            "seed{seed}/logs/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}.log"
+        ),
     benchmark:
-        "results/seed{seed}/benchmarks/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}.tsv"
+        out(
+            "seed{seed}/benchmarks/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}.tsv"
+        )
     wildcard_constraints:
         stage=r"evaluate|self_consistency",
     threads: lambda wildcards: int(wildcards.threads)

@@ -3,9 +3,9 @@ rule make_arith:
         train="resources/data/{dataset}/train.jsonl",
         test="resources/data/{dataset}/test.jsonl",
     log:
-        "results/logs/make_arith/{dataset}.log",
+        out("logs/make_arith/{dataset}.log"),
     benchmark:
-        "results/benchmarks/make_arith/{dataset}.tsv"
+        out("benchmarks/make_arith/{dataset}.tsv")
     wildcard_constraints:
         dataset=alternation(names_of("arith", "datasets")),
     threads: 1
@@ -23,22 +23,21 @@ rule make_arith:
 
 rule download_dataset:
     output:
-        test="resources/data/{dataset}/test.jsonl",
+        records="resources/data/{dataset}/{split}.jsonl",
     log:
-        "results/logs/download_dataset/{dataset}.log",
+        out("logs/download_dataset/{dataset}/{split}.log"),
     benchmark:
-        "results/benchmarks/download_dataset/{dataset}.tsv"
+        out("benchmarks/download_dataset/{dataset}/{split}.tsv")
     wildcard_constraints:
         dataset=alternation(names_of("hub", "datasets")),
+        split="train|test",
     localrule: True
     threads: 1
     resources:
         mem_mb=500,
         runtime="30m",
     params:
-        repo_id=lambda w: config["datasets"][w.dataset]["repo_id"],
-        filename=lambda w: config["datasets"][w.dataset]["filename"],
-        revision=lambda w: config["datasets"][w.dataset]["revision"],
+        source=lambda w: split_source(config["datasets"][w.dataset], w.split),
         code=CODE["download_dataset"],
     script:
         "../scripts/download_dataset.py"
@@ -46,15 +45,16 @@ rule download_dataset:
 
 rule import_local_dataset:
     input:
-        source=lambda w: config["datasets"][w.dataset]["path"],
+        source=lambda w: split_source(config["datasets"][w.dataset], w.split)["path"],
     output:
-        test="resources/data/{dataset}/test.jsonl",
+        records="resources/data/{dataset}/{split}.jsonl",
     log:
-        "results/logs/import_local_dataset/{dataset}.log",
+        out("logs/import_local_dataset/{dataset}/{split}.log"),
     benchmark:
-        "results/benchmarks/import_local_dataset/{dataset}.tsv"
+        out("benchmarks/import_local_dataset/{dataset}/{split}.tsv")
     wildcard_constraints:
         dataset=alternation(names_of("local", "datasets")),
+        split="train|test",
     localrule: True
     threads: 1
     resources:

@@ -4,9 +4,9 @@ rule teacher_traces:
     output:
         teacher="resources/teacher/{dataset}.json",
     log:
-        "results/logs/teacher_traces/{dataset}.log",
+        out("logs/teacher_traces/{dataset}.log"),
     benchmark:
-        "results/benchmarks/teacher_traces/{dataset}.tsv"
+        out("benchmarks/teacher_traces/{dataset}.tsv")
     localrule: True
     threads: 1
     resources:
@@ -25,20 +25,32 @@ rule distill:
         teacher="resources/teacher/{dataset}.json",
     output:
         model=directory(
-            "results/seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/model"
+            out(
+                "seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/model"
+            )
         ),
-        log_csv="results/seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/log.csv",
-        metrics="results/seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/metrics.json",
+        log_csv=out(
+            "seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/log.csv"
+        ),
+        metrics=out(
+            "seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/metrics.json"
+        ),
         curve=report(
-            "results/seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/curve.png",
+            out(
+                "seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/curve.png"
+            ),
             caption="../report/distill_curve.rst",
             category="Distillation",
             subcategory="Loss curves",
         ),
     log:
-        "results/seed{seed}/logs/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.log",
+        out(
+            "seed{seed}/logs/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.log"
+        ),
     benchmark:
-        "results/seed{seed}/benchmarks/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.tsv"
+        out(
+            "seed{seed}/benchmarks/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.tsv"
+        )
     threads: training_resource("distill", "cpus_per_task")
     resources:
         **PARTITION,

@@ -2,15 +2,23 @@ rule evaluate:
     input:
         model=model_input,
         records=dataset_file,
-        batches="results/seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.safetensors",
-        stats="results/seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.stats.json",
+        batches=out("seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.safetensors"),
+        stats=out("seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.stats.json"),
     output:
-        records="results/seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl",
-        metrics="results/seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json",
+        records=out(
+            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl"
+        ),
+        metrics=out(
+            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json"
+        ),
     log:
-        "results/seed{seed}/logs/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log",
+        out(
+            "seed{seed}/logs/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log"
+        ),
     benchmark:
-        "results/seed{seed}/benchmarks/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
+        out(
+            "seed{seed}/benchmarks/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
+        )
     threads: config["threads"]
     resources:
         **PARTITION,

@@ -1,4 +1,6 @@
-GRPO_DIR = "results/seed{seed}/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}"
+GRPO_DIR = out(
+    "seed{seed}/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}"
+)
 
 
 rule grpo:
@@ -17,9 +19,13 @@ rule grpo:
         ),
         model=directory(f"{GRPO_DIR}/model"),
     log:
-        "results/seed{seed}/logs/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.log",
+        out(
+            "seed{seed}/logs/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.log"
+        ),
     benchmark:
-        "results/seed{seed}/benchmarks/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.tsv"
+        out(
+            "seed{seed}/benchmarks/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}.tsv"
+        )
     threads: training_resource("grpo", "cpus_per_task")
     resources:
         **PARTITION,

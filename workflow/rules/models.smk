@@ -2,9 +2,9 @@ rule download_model:
     output:
         model=directory("resources/models/{model}"),
     log:
-        "results/logs/download_model/{model}.log",
+        out("logs/download_model/{model}.log"),
     benchmark:
-        "results/benchmarks/download_model/{model}.tsv"
+        out("benchmarks/download_model/{model}.tsv")
     wildcard_constraints:
         model=alternation(names_of("hub", "models")),
     localrule: True
@@ -25,11 +25,11 @@ rule build_toy_model:
     input:
         train="resources/data/arith/train.jsonl",
     output:
-        init=directory("results/seed{seed}/pretrain/{model}/init"),
+        init=directory(out("seed{seed}/pretrain/{model}/init")),
     log:
-        "results/seed{seed}/logs/build_toy_model/{model}.log",
+        out("seed{seed}/logs/build_toy_model/{model}.log"),
     benchmark:
-        "results/seed{seed}/benchmarks/build_toy_model/{model}.tsv"
+        out("seed{seed}/benchmarks/build_toy_model/{model}.tsv")
     wildcard_constraints:
         model=alternation(names_of("toy", "models")),
     threads: 1
@@ -46,21 +46,21 @@ rule build_toy_model:
 
 rule pretrain:
     input:
-        init="results/seed{seed}/pretrain/{model}/init",
+        init=out("seed{seed}/pretrain/{model}/init"),
         train="resources/data/arith/train.jsonl",
     output:
-        model=directory("results/seed{seed}/pretrain/{model}/model"),
-        log_csv="results/seed{seed}/pretrain/{model}/log.csv",
-        metrics="results/seed{seed}/pretrain/{model}/metrics.json",
+        model=directory(out("seed{seed}/pretrain/{model}/model")),
+        log_csv=out("seed{seed}/pretrain/{model}/log.csv"),
+        metrics=out("seed{seed}/pretrain/{model}/metrics.json"),
         plot=report(
-            "results/seed{seed}/pretrain/{model}/loss.png",
+            out("seed{seed}/pretrain/{model}/loss.png"),
             caption="../report/pretrain.rst",
             category="Pretraining",
         ),
     log:
-        "results/seed{seed}/logs/pretrain/{model}.log",
+        out("seed{seed}/logs/pretrain/{model}.log"),
     benchmark:
-        "results/seed{seed}/benchmarks/pretrain/{model}.tsv"
+        out("seed{seed}/benchmarks/pretrain/{model}.tsv")
     wildcard_constraints:
         model=alternation(names_of("toy", "models")),
     threads: config["threads"]
@@ -69,7 +69,7 @@ rule pretrain:
         runtime="1h",
         gpu=1 if config["pretrain"]["device"] == "cuda" else 0,
     params:
-        checkpoints="results/seed{seed}/pretrain/{model}/checkpoints",
+        checkpoints=out("seed{seed}/pretrain/{model}/checkpoints"),
         steps=config["pretrain"]["steps"],
         batch_size=config["pretrain"]["batch_size"],
         lr=config["pretrain"]["lr"],

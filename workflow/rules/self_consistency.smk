@@ -3,12 +3,20 @@ rule self_consistency:
         model=model_input,
         records=dataset_file,
     output:
-        records="results/seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl",
-        metrics="results/seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json",
+        records=out(
+            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl"
+        ),
+        metrics=out(
+            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json"
+        ),
     log:
-        "results/seed{seed}/logs/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log",
+        out(
+            "seed{seed}/logs/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log"
+        ),
     benchmark:
-        "results/seed{seed}/benchmarks/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
+        out(
+            "seed{seed}/benchmarks/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
+        )
     threads: config["threads"]
     resources:
         **PARTITION,

@@ -18,24 +18,24 @@ for stage, category in TABLE_CATEGORIES.items():
             unpack(table_inputs(stage)),
         output:
             tsv=report(
-                f"results/tables/{stage}.tsv",
+                out(f"tables/{stage}.tsv"),
                 caption=f"../report/{stage}_table.rst",
                 category=category,
             ),
             md=report(
-                f"results/tables/{stage}.md",
+                out(f"tables/{stage}.md"),
                 caption=f"../report/{stage}_table.rst",
                 category=category,
             ),
             plot=report(
-                f"results/plots/{stage}.png",
+                out(f"plots/{stage}.png"),
                 caption=f"../report/{stage}_plot.rst",
                 category=category,
             ),
         log:
-            f"results/logs/tables/{stage}.log",
+            out(f"logs/tables/{stage}.log"),
         benchmark:
-            f"results/benchmarks/tables/{stage}.tsv"
+            out(f"benchmarks/tables/{stage}.tsv")
         localrule: True
         threads: 1
         resources:
@@ -51,29 +51,29 @@ for stage, category in TABLE_CATEGORIES.items():
 
 rule story_table:
     input:
-        self_consistency="results/tables/self_consistency.tsv",
-        grpo="results/tables/grpo.tsv",
-        distill="results/tables/distill.tsv",
+        self_consistency=out("tables/self_consistency.tsv"),
+        grpo=out("tables/grpo.tsv"),
+        distill=out("tables/distill.tsv"),
     output:
         tsv=report(
-            "results/tables/story.tsv",
+            out("tables/story.tsv"),
             caption="../report/story_table.rst",
             category="Story",
         ),
         md=report(
-            "results/tables/story.md",
+            out("tables/story.md"),
             caption="../report/story_table.rst",
             category="Story",
         ),
         plot=report(
-            "results/plots/story.png",
+            out("plots/story.png"),
             caption="../report/story_plot.rst",
             category="Story",
         ),
     log:
-        "results/logs/tables/story.log",
+        out("logs/tables/story.log"),
     benchmark:
-        "results/benchmarks/tables/story.tsv"
+        out("benchmarks/tables/story.tsv")
     localrule: True
     threads: 1
     resources:
@@ -90,24 +90,24 @@ rule autotune_table:
         autotune=[probe.path() for probe in PLAN.probes()],
     output:
         tsv=report(
-            "results/tables/autotune.tsv",
+            out("tables/autotune.tsv"),
             caption="../report/autotune_table.rst",
             category="Batch sizes (auto)",
         ),
         md=report(
-            "results/tables/autotune.md",
+            out("tables/autotune.md"),
             caption="../report/autotune_table.rst",
             category="Batch sizes (auto)",
         ),
         plot=report(
-            "results/plots/autotune.png",
+            out("plots/autotune.png"),
             caption="../report/autotune_plot.rst",
             category="Batch sizes (auto)",
         ),
     log:
-        "results/logs/tables/autotune.log",
+        out("logs/tables/autotune.log"),
     benchmark:
-        "results/benchmarks/tables/autotune.tsv"
+        out("benchmarks/tables/autotune.tsv")
     localrule: True
     threads: 1
     resources:

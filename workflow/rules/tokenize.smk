@@ -3,12 +3,12 @@ rule tokenize:
         model=model_input,
         records=dataset_file,
     output:
-        batches="results/seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.safetensors",
-        stats="results/seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.stats.json",
+        batches=out("seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.safetensors"),
+        stats=out("seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.stats.json"),
     log:
-        "results/seed{seed}/logs/tokenize/{model}/{dataset}/bs{batch_size}.log",
+        out("seed{seed}/logs/tokenize/{model}/{dataset}/bs{batch_size}.log"),
     benchmark:
-        "results/seed{seed}/benchmarks/tokenize/{model}/{dataset}/bs{batch_size}.tsv"
+        out("seed{seed}/benchmarks/tokenize/{model}/{dataset}/bs{batch_size}.tsv")
     threads: 1
     resources:
         mem_mb=1000,

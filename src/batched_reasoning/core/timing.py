@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+
+import psutil
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (1-30); beyond, the normal's.
 T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -107,3 +110,9 @@ def winner(summaries: Mapping[str, Summary], higher_is_better: bool = True
 
     tied = [name for name, summary in summaries.items() if name == best or not clear(summary)]
     return (best if tied == [best] else None), tied
+
+
+def setup_seconds() -> float:
+    """Seconds since this process started: the interpreter, imports and loading so far, which a
+    job pays before its work (the book's total times include it)."""
+    return time.time() - psutil.Process().create_time()

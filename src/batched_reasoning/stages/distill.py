@@ -105,6 +105,23 @@ def split_validation(examples: list[Example], size: int, seed: int) -> tuple[lis
     return train, [e for i, e in enumerate(examples) if i in held_out]
 
 
+def training_examples(teacher_path: str, tokenizer: TextTokenizer, settings: DistillSettings
+                      ) -> tuple[list[Example], list[Example], dict]:
+    """(train, validation, report): the teacher's usable traces as examples, those longer than
+    `max_seq_len` dropped (counted in the report as `n_too_long`), a seeded validation set held
+    out, the first `max_examples` of the rest to train on."""
+    rows, report = load_teacher_rows(teacher_path)
+    examples = [build_example(r, tokenizer, settings.prompt_style, settings.use_think_tokens)
+                for r in rows]
+    kept = [e for e in examples if len(e.ids) <= settings.max_seq_len]
+    report["n_too_long"] = len(examples) - len(kept)
+    if report["n_too_long"]:
+        print(f"dropped {report['n_too_long']} of {len(examples)} examples longer than "
+              f"{settings.max_seq_len} tokens", flush=True)
+    train, validation = split_validation(kept, settings.validation_size, settings.seed)
+    return train[:settings.max_examples], validation, report
+
+
 # --- Training -------------------------------------------------------------------------------
 
 def train_step(model, optimizer, examples: list[Example], step_examples: int, batch_size: int,
@@ -147,17 +164,9 @@ def distill(model_dir: str, teacher_path: str, files: TrainingFiles, settings: D
     identity = run_identity(__name__, settings.as_dict(), [teacher_path], model_dir)
     torch_device = distributed.device(settings.device)
     torch.set_num_threads(distributed.threads_per_rank(settings.threads))
-    rows, report = load_teacher_rows(teacher_path)
     tokenizer = TextTokenizer.from_model_dir(model_dir, settings.prompt_style)
-    examples = [build_example(r, tokenizer, settings.prompt_style, settings.use_think_tokens)
-                for r in rows]
-    kept = [e for e in examples if len(e.ids) <= settings.max_seq_len]
-    n_too_long = len(examples) - len(kept)
-    if n_too_long:
-        print(f"dropped {n_too_long} of {len(examples)} examples longer than "
-              f"{settings.max_seq_len} tokens", flush=True)
-    train, validation = split_validation(kept, settings.validation_size, settings.seed)
-    train = train[:settings.max_examples]
+    train, validation, report = training_examples(teacher_path, tokenizer, settings)
+    n_too_long = report["n_too_long"]
     lengths = [len(e.ids) for e in train]
     world_size = distributed.world_size()
     if world_size > settings.examples_per_step:

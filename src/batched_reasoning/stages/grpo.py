@@ -165,6 +165,79 @@ def eval_correct(model, tokenizer, prompts, answers, max_new_tokens: int) -> lis
     return [correct for _, correct in sorted(sum(distributed.all_gather(scored), []))]
 
 
+@dataclass(frozen=True)
+class StepContext:
+    """What every GRPO step reads: the run's settings, its tokenizer, the training problems,
+    the rollouts' sampler (keyed, so it holds no state between steps) and the device."""
+
+    settings: GRPOSettings
+    tokenizer: TextTokenizer
+    train: list[dict]
+    sampler: TopP
+    device: torch.device
+
+
+def grpo_step(model, optimizer, step: int, context: StepContext) -> dict:
+    """One GRPO step (0-based `step`): this rank's rollouts of the step's problems, their
+    rewards and group advantages, and one policy update (none where every reward is equal and
+    `skip_zero_advantage`). Returns the step's log row."""
+    settings, tokenizer, torch_device = context.settings, context.tokenizer, context.device
+    step_rollouts = settings.problems_per_step * settings.num_rollouts
+    problems = [context.train[(step * settings.problems_per_step + p) % len(context.train)]
+                for p in range(settings.problems_per_step)]
+    prompts = [tokenizer.encode(format_prompt(r["problem"], settings.prompt_style))
+               for r in problems]
+    mine = distributed.shard([(p, r) for p in range(settings.problems_per_step)
+                              for r in range(settings.num_rollouts)])
+    with PeakMemory(torch_device) as memory:
+        tick = time.perf_counter()
+        result = generate(
+            model, [prompts[p] for p, _ in mine], strategy=settings.strategy,
+            batch_size=settings.batch_size,
+            max_new_tokens=settings.max_new_tokens, eos_token_id=tokenizer.end_token_ids,
+            pad_token_id=tokenizer.pad_token_id, sampler=context.sampler,
+            keys=[(step * settings.problems_per_step + p, r) for p, r in mine],
+        )
+        gen_seconds = time.perf_counter() - tick
+        rewards = torch.zeros(settings.problems_per_step, settings.num_rollouts)
+        scored = [(p, r, reward(tokenizer.decode(t), problems[p]["answer"]), t)
+                  for (p, r), t in zip(mine, result.tokens)]
+        everyone = sorted(sum(distributed.all_gather(scored), []))
+        for p, r, value, _ in everyone:
+            rewards[p, r] = value
+        digest = hashlib.sha256(json.dumps([t for *_, t in everyone]).encode()).hexdigest()
+        skipped = settings.skip_zero_advantage and bool((rewards == rewards[:, :1]).all())
+        update_start = time.perf_counter()
+        if skipped:
+            loss, grad_norm = 0.0, float("nan")
+        else:
+            advantages = torch.stack([group_advantages(group) for group in rewards])
+            completions = [scored_completion(t, stop)
+                           for t, stop in zip(result.tokens, result.stop_tokens)]
+            loss, grad_norm = policy_update(
+                model, optimizer, [prompts[p] for p, _ in mine], completions,
+                torch.stack([advantages[p, r] for p, r in mine]),
+                tokenizer.pad_token_id, settings.grad_clip, torch_device, step_rollouts,
+            )
+            synchronize(torch_device)
+        update_seconds = time.perf_counter() - update_start
+        step_seconds = time.perf_counter() - tick
+    generated, prefills = distributed.all_reduce([result.generated_tokens, result.prefills])
+    gen_seconds, update_seconds, step_seconds, peak_mb = distributed.all_reduce(
+        [gen_seconds, update_seconds, step_seconds, memory.peak_mb], op="max")
+    return {
+        "step": step + 1, "loss": loss, "reward_avg": rewards.mean().item(),
+        "reward_std": rewards.flatten().std().item(), "skipped": skipped,
+        "grad_norm": grad_norm, "tokens_per_sec": generated / gen_seconds,
+        "avg_response_len": generated / step_rollouts,
+        # the step's rollout tokens, so runs can show that they trained on the same ones
+        "rollouts_digest": digest[:16],
+        "prefills": int(prefills),  # prompts prefilled: a problem's rollouts share one prefill
+        "gen_seconds": gen_seconds, "update_seconds": update_seconds,
+        "step_seconds": step_seconds, "peak_mem_mb": peak_mb,
+    }
+
+
 def train_grpo(model_dir: str, train_path: str, test_path: str, files: TrainingFiles,
                settings: GRPOSettings, params: dict, labels: dict) -> dict | None:
     """Train for `settings.steps` GRPO steps; resumes from the latest checkpoint in
@@ -192,7 +265,8 @@ def train_grpo(model_dir: str, train_path: str, test_path: str, files: TrainingF
     eval_prompts = [tokenizer.encode(format_prompt(r["problem"], settings.prompt_style))
                     for r in test]
     eval_answers = [r["answer"] for r in test]
-    sampler = TopP(settings.temperature, settings.top_p, settings.seed)
+    context = StepContext(settings, tokenizer, train, TopP(settings.temperature, settings.top_p,
+                                                           settings.seed), torch_device)
 
     def evaluate_into(model, row: dict) -> dict:
         tick = time.perf_counter()
@@ -206,62 +280,11 @@ def train_grpo(model_dir: str, train_path: str, test_path: str, files: TrainingF
         return row
 
     def take_step(model, optimizer, step: int) -> dict:
-        problems = [train[(step * settings.problems_per_step + p) % len(train)]
-                    for p in range(settings.problems_per_step)]
-        prompts = [tokenizer.encode(format_prompt(r["problem"], settings.prompt_style))
-                   for r in problems]
-        mine = distributed.shard([(p, r) for p in range(settings.problems_per_step)
-                                  for r in range(settings.num_rollouts)])
-        with PeakMemory(torch_device) as memory:
-            tick = time.perf_counter()
-            result = generate(
-                model, [prompts[p] for p, _ in mine], strategy=settings.strategy,
-                batch_size=settings.batch_size,
-                max_new_tokens=settings.max_new_tokens, eos_token_id=tokenizer.end_token_ids,
-                pad_token_id=tokenizer.pad_token_id, sampler=sampler,
-                keys=[(step * settings.problems_per_step + p, r) for p, r in mine],
-            )
-            gen_seconds = time.perf_counter() - tick
-            rewards = torch.zeros(settings.problems_per_step, settings.num_rollouts)
-            scored = [(p, r, reward(tokenizer.decode(t), problems[p]["answer"]), t)
-                      for (p, r), t in zip(mine, result.tokens)]
-            everyone = sorted(sum(distributed.all_gather(scored), []))
-            for p, r, value, _ in everyone:
-                rewards[p, r] = value
-            digest = hashlib.sha256(json.dumps([t for *_, t in everyone]).encode()).hexdigest()
-            skipped = settings.skip_zero_advantage and bool((rewards == rewards[:, :1]).all())
-            update_start = time.perf_counter()
-            if skipped:
-                loss, grad_norm = 0.0, float("nan")
-            else:
-                advantages = torch.stack([group_advantages(group) for group in rewards])
-                completions = [scored_completion(t, stop)
-                               for t, stop in zip(result.tokens, result.stop_tokens)]
-                loss, grad_norm = policy_update(
-                    model, optimizer, [prompts[p] for p, _ in mine], completions,
-                    torch.stack([advantages[p, r] for p, r in mine]),
-                    tokenizer.pad_token_id, settings.grad_clip, torch_device, step_rollouts,
-                )
-                synchronize(torch_device)
-            update_seconds = time.perf_counter() - update_start
-            step_seconds = time.perf_counter() - tick
-        generated, prefills = distributed.all_reduce([result.generated_tokens, result.prefills])
-        gen_seconds, update_seconds, step_seconds, peak_mb = distributed.all_reduce(
-            [gen_seconds, update_seconds, step_seconds, memory.peak_mb], op="max")
-        row = {
-            "step": step + 1, "loss": loss, "reward_avg": rewards.mean().item(),
-            "reward_std": rewards.flatten().std().item(), "skipped": skipped,
-            "grad_norm": grad_norm, "tokens_per_sec": generated / gen_seconds,
-            "avg_response_len": generated / step_rollouts,
-            # the step's rollout tokens, so runs can show that they trained on the same ones
-            "rollouts_digest": digest[:16],
-            "prefills": int(prefills),  # prompts prefilled: a problem's rollouts share one prefill
-            "gen_seconds": gen_seconds, "update_seconds": update_seconds,
-            "step_seconds": step_seconds, "peak_mem_mb": peak_mb,
-        }
+        row = grpo_step(model, optimizer, step, context)
         if main:
-            print(f"step {step + 1}/{settings.steps} loss {loss:.4f} reward {row['reward_avg']:.3f}"
-                  f"{' (skipped: all rewards equal)' if skipped else ''}", flush=True)
+            print(f"step {step + 1}/{settings.steps} loss {row['loss']:.4f} reward "
+                  f"{row['reward_avg']:.3f}{' (skipped: all rewards equal)' if row['skipped'] else ''}",
+                  flush=True)
         if (step + 1) % settings.eval_every == 0 or step + 1 == settings.steps:
             evaluate_into(model, row)
         return row

@@ -22,7 +22,7 @@ from ..core.io import read_jsonl, write_json, write_jsonl
 from ..core.machine import machine_limits
 from ..core.memory import PeakMemory
 from ..core.provenance import run_info
-from ..core.timing import Repeats, repeat
+from ..core.timing import Repeats, repeat, setup_seconds
 from ..data.grading import extract_answer, is_correct
 from ..data.prompts import TextTokenizer, format_prompt
 from ..engine.generation import Greedy, generate
@@ -148,6 +148,7 @@ def time_generation(
     sampler = make_sampler(temperature, top_p, seed) if num_samples > 1 else Greedy()
     work = Workload(model, tokenizer, records, prompts, keys, sampler, num_samples,
                     max_new_tokens)
+    setup = setup_seconds()  # before the roofline's one-off measurement of this machine
     limits = machine_limits(torch_device, model.dtype)
     runs, outputs = [], []
     for strategy in strategies:
@@ -176,7 +177,7 @@ def time_generation(
         "temperature": temperature if num_samples > 1 else 0.0,
         "model_shape": model.cfg.to_dict(),
         "machine": machine_record(torch_device), "machine_limits": limits.as_dict(),
-        "runs": runs,
+        "setup_s": setup, "runs": runs,
     } | run_info(params, torch_device, __name__)
     write_json(metrics, out_metrics)
     return metrics

@@ -1,11 +1,12 @@
-"""Merge the batching curves of several runs, e.g. a laptop's and a cluster GPU's, into one
-table and figure per stage: the comparison the book keeps by hand, built from runs.
+"""Merge the batching curves and Appendix E's tables of several runs, e.g. a laptop's and a
+cluster GPU's, into one table and figure each: the comparison the book keeps by hand, built
+from runs.
 
     python -m batched_reasoning.workflow.merge laptop/results gpu/results --out merged
 
 Each `results/` folder is read as it is: every curve point under `seed*/curve/` with its
-records. A row keeps its machine (processor, threads), so rows of different machines are never
-compared with each other, only shown side by side.
+records, and its `tables/appendix_e.tsv`. A row keeps its machine (processor, threads), so rows
+of different machines are never compared with each other, only shown side by side.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .appendix_e import merge_tables
 from .curve import compact, curve_lines, curve_table, plot_curve
 from .tables import write_table
 
@@ -44,8 +46,13 @@ def merge(results: list[Path], out: Path) -> list[Path]:
                     f"Batching curves of {stage}, merged from {len(results)} runs",
                     curve_lines(table, unit), shown=compact(table))
         written.append(out / f"{stage}.tsv")
+    appendix = [folder / "tables" / "appendix_e.tsv" for folder in results
+                if (folder / "tables" / "appendix_e.tsv").is_file()]
+    if appendix:
+        written.append(merge_tables(appendix, out))
     if not written:
-        raise SystemExit("merge: no curve points (seed*/curve/) in " + ", ".join(map(str, results)))
+        raise SystemExit("merge: no curve points (seed*/curve/) nor tables/appendix_e.tsv in "
+                         + ", ".join(map(str, results)))
     return written
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..model.config import QWEN3_SHAPES, Qwen3Config
 from ..model.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb, predict_training_mb
 from ..world.toy_tokenizer import QWEN3_SPECIAL_TOKENS
+from .names import student_name
 
 GENERATION_STAGES = ("evaluate", "self_consistency")
 TRAINING_STAGES = ("grpo", "distill")
@@ -32,9 +33,10 @@ class PlanError(ValueError):
     """A config that cannot be planned; the message names the key and how to fix it."""
 
 
-def seed_dir(seed: int) -> str:
-    """Where one seed's replicate of the experiment writes (every seed-dependent output)."""
-    return f"results/seed{seed}"
+def seed_dir(seed: int, root: str = "results") -> str:
+    """Where one seed's replicate of the experiment writes (every seed-dependent output), under
+    the configuration's results folder `root` (`results_dir`)."""
+    return f"{root}/seed{seed}"
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,10 @@ class GenerationRun:
     strategy: str
     batch_size: int
     device: str
+    root: str = "results"
 
     def path(self, stage: str, name: str) -> str:
-        return (f"{seed_dir(self.seed)}/{stage}/{self.model}/{self.dataset}/{self.strategy}/"
+        return (f"{seed_dir(self.seed, self.root)}/{stage}/{self.model}/{self.dataset}/{self.strategy}/"
                 f"bs{self.batch_size}/{self.device}/{name}")
 
 
@@ -64,10 +67,11 @@ class TrainingRun:
     device: str
     world_size: int
     strategy: str | None = None
+    root: str = "results"
 
     def path(self, stage: str, name: str) -> str:
         strategy = f"{self.strategy}/" if self.strategy else ""
-        return (f"{seed_dir(self.seed)}/{stage}/{self.model}/{self.dataset}/{strategy}"
+        return (f"{seed_dir(self.seed, self.root)}/{stage}/{self.model}/{self.dataset}/{strategy}"
                 f"bs{self.batch_size}/{self.device}/ws{self.world_size}/{name}")
 
 
@@ -83,10 +87,29 @@ class CurvePoint:
     batch_size: int
     device: str
     threads: int
+    root: str = "results"
 
     def path(self, name: str) -> str:
-        return (f"{seed_dir(self.seed)}/curve/{self.stage}/{self.model}/{self.dataset}/"
+        return (f"{seed_dir(self.seed, self.root)}/curve/{self.stage}/{self.model}/{self.dataset}/"
                 f"bs{self.batch_size}/{self.device}/t{self.threads}/{name}")
+
+
+@dataclass(frozen=True)
+class TimedTraining:
+    """The timing of a training stage's first steps: one at a time against each configured
+    batched setting, with `threads` threads (part of the path, as for a curve point)."""
+
+    seed: int
+    stage: str
+    model: str
+    dataset: str
+    device: str
+    threads: int
+    root: str = "results"
+
+    def path(self, name: str) -> str:
+        return (f"{seed_dir(self.seed, self.root)}/timed_training/{self.stage}/{self.model}/"
+                f"{self.dataset}/{self.device}/t{self.threads}/{name}")
 
 
 @dataclass(frozen=True)
@@ -98,9 +121,10 @@ class Probe:
     model: str
     dataset: str
     device: str
+    root: str = "results"
 
     def path(self) -> str:
-        return (f"results/autotune/seed{self.seed}/{self.stage}/{self.model}/{self.dataset}/"
+        return (f"{self.root}/autotune/seed{self.seed}/{self.stage}/{self.model}/{self.dataset}/"
                 f"{self.device}.json")
 
     def wildcards(self) -> dict[str, str]:
@@ -117,15 +141,27 @@ def paths(runs, stage: str, name: str) -> list[str]:
     return [run.path(stage, name) for run in runs]
 
 
-def student_name(model: str, batch_size, device: str, world_size=1) -> str:
-    """The model name a distilled student is evaluated under (`-wsN` only for N > 1 ranks)."""
-    ranks = f"-ws{world_size}" if int(world_size) > 1 else ""
-    return f"{model}-distilled-bs{batch_size}-{device}{ranks}"
-
-
 # The fields of a shape that planning depends on (sizes, not e.g. the RoPE base or context).
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "head_dim", "intermediate_size", "tie_word_embeddings")
+
+
+def has_train_split(dataset: dict) -> bool:
+    """Whether a catalogue dataset has training problems: generated ones always do, a hub or
+    local one where its entry names a `train` file."""
+    return dataset["source"] == "arith" or "train" in dataset
+
+
+def split_source(dataset: dict, split: str) -> dict:
+    """Where a hub or local dataset's `split` (test, train) comes from: hub, its repo, file
+    and revision (a train file's repo defaults to the entry's, its revision does not: another
+    repo's revisions are its own); local, its path."""
+    entry = dataset if split == "test" else dataset["train"]
+    if dataset["source"] == "local":
+        return {"path": entry["path"]}
+    return {"repo_id": entry.get("repo_id", dataset["repo_id"]),
+            "filename": entry.get("filename", "test.jsonl"),
+            "revision": entry.get("revision")}
 
 
 def declared_shape(shape: str | dict, key: str) -> Qwen3Config:
@@ -154,6 +190,7 @@ class Plan:
                  threads: int | None = None):
         """`threads`: what a timed job runs on (`--cores` may cap the config's `threads`)."""
         self.config = config
+        self.root = config.get("results_dir", "results")
         self.choice = choice
         self.threads = min(threads or config["threads"], config["threads"])
         self.check()
@@ -185,6 +222,13 @@ class Plan:
                 raise PlanError(
                     f"config: distill.world_sizes has {ranks}, more ranks than the {step_examples} "
                     "examples of a step (distill.examples_per_step): ranks would idle")
+        for name in grpo["datasets"]:
+            if not has_train_split(config["datasets"][name]):
+                raise PlanError(
+                    f"config: grpo.datasets names {name!r}, which has no train split for GRPO's "
+                    f"training problems: give datasets.{name} a `train` (source hub: a file of "
+                    "a dataset repo, e.g. {repo_id: rasbt/math_full_minus_math500, filename: "
+                    "...}; source local: {path: FILE})")
         for name, entry in config["models"].items():
             if entry["source"] == "hub" and "shape" not in entry:
                 raise PlanError(
@@ -210,11 +254,11 @@ class Plan:
         match = STUDENT.fullmatch(model)
         if match and match["base"] in self.config["models"]:
             run = TrainingRun(seed, match["base"], dataset, int(match["batch_size"]),
-                              match["device"], int(match["world_size"] or 1))
+                              match["device"], int(match["world_size"] or 1), root=self.root)
             return run.path("distill", "model")
         entry = self.config["models"][model]
         if entry["source"] == "toy":
-            return f"{seed_dir(seed)}/pretrain/{model}/model"
+            return f"{seed_dir(seed, self.root)}/pretrain/{model}/model"
         return entry["path"] if entry["source"] == "local" else f"resources/models/{model}"
 
     def prompt_style(self, model: str) -> str:
@@ -236,7 +280,7 @@ class Plan:
 
     def probes(self) -> list[Probe]:
         """Every probe the config's `auto` batch sizes need."""
-        return [Probe(seed, stage, model, dataset, device)
+        return [Probe(seed, stage, model, dataset, device, self.root)
                 for stage in GENERATION_STAGES + TRAINING_STAGES
                 if "auto" in self.config[stage]["batch_sizes"]
                 for seed in self.config["seeds"]
@@ -256,7 +300,7 @@ class Plan:
                     continue
                 if self.choice is None:
                     raise PlanError(f"config: {stage}.batch_sizes has auto, which needs its probe")
-                size = self.choice(Probe(seed, stage, model, dataset, device))
+                size = self.choice(Probe(seed, stage, model, dataset, device, self.root))
             if size not in sizes:
                 sizes.append(size)
         return sizes
@@ -265,7 +309,7 @@ class Plan:
         """Whether `run`'s batch size is the one its stage's probe chose."""
         return ("auto" in self.config[stage]["batch_sizes"] and self.choice is not None
                 and run.batch_size == self.choice(Probe(run.seed, stage, run.model, run.dataset,
-                                                        run.device)))
+                                                        run.device, self.root)))
 
     # --- generation stages ------------------------------------------------------------------
 
@@ -273,7 +317,7 @@ class Plan:
         """Every run a generation stage's config asks for. `sequential` is one sequence at a
         time whatever the batch size, so it runs once (size 1)."""
         cfg = self.config[stage]
-        return [GenerationRun(seed, model, dataset, strategy, batch_size, device)
+        return [GenerationRun(seed, model, dataset, strategy, batch_size, device, self.root)
                 for seed in self.config["seeds"]
                 for model in cfg["models"] for dataset in cfg["datasets"]
                 for device in cfg["devices"] for strategy in cfg["strategies"]
@@ -344,7 +388,8 @@ class Plan:
 
     def grpo_runs(self) -> list[TrainingRun]:
         cfg = self.config["grpo"]
-        return [TrainingRun(seed, model, dataset, batch_size, device, world_size, strategy)
+        return [TrainingRun(seed, model, dataset, batch_size, device, world_size, strategy,
+                            self.root)
                 for seed in self.config["seeds"]
                 for model in cfg["models"] for dataset in cfg["datasets"]
                 for device in cfg["devices"] for strategy in cfg["strategies"]
@@ -354,7 +399,7 @@ class Plan:
 
     def distill_runs(self) -> list[TrainingRun]:
         cfg = self.config["distill"]
-        return [TrainingRun(seed, model, dataset, batch_size, device, world_size)
+        return [TrainingRun(seed, model, dataset, batch_size, device, world_size, root=self.root)
                 for seed in self.config["seeds"]
                 for model in cfg["models"] for dataset in cfg["datasets"]
                 for device in cfg["devices"]
@@ -370,7 +415,7 @@ class Plan:
             for name in (run.model, student_name(run.model, run.batch_size, run.device,
                                                  run.world_size)):
                 runs.add(GenerationRun(run.seed, name, run.dataset, "batched_stop", size,
-                                       run.device))
+                                       run.device, self.root))
         return sorted(runs, key=lambda r: (r.seed, r.model, r.dataset, r.device))
 
     # --- the batching curves ----------------------------------------------------------------
@@ -406,7 +451,7 @@ class Plan:
                         if "sequential" in setting["strategies"] and 1 not in sizes:
                             sizes = [1, *sizes]
                         points += [CurvePoint(seed, stage, model, dataset, size, device,
-                                              self.threads) for size in sorted(sizes)]
+                                              self.threads, self.root) for size in sorted(sizes)]
         return [p for p in points if not probed or self.over_budget(stage, p) is None]
 
     def curve_sampling(self, stage: str) -> dict:
@@ -428,9 +473,52 @@ class Plan:
         problems), so accuracy needs one run."""
         cfg = self.config["evaluate"]
         return [GenerationRun(seed, model, dataset, "batched_stop", cfg["accuracy_batch_size"],
-                              device)
+                              device, self.root)
                 for seed in self.config["seeds"] for model in cfg["models"]
                 for dataset in cfg["datasets"] for device in cfg["devices"]]
+
+    # --- Appendix E: each workload one at a time against batched -----------------------------
+
+    def timed_trainings(self) -> list[TimedTraining]:
+        """The timings of GRPO's and distillation's first steps, per model, dataset and device
+        their stage trains."""
+        return [TimedTraining(seed, stage, model, dataset, device, self.threads, self.root)
+                for stage in TRAINING_STAGES for seed in self.config["seeds"]
+                for model in self.config[stage]["models"]
+                for dataset in self.config[stage]["datasets"]
+                for device in self.config[stage]["devices"]]
+
+    def timed_settings(self, stage: str, seed: int, model: str, dataset: str,
+                       device: str) -> list:
+        """What a training timing sets against one at a time: GRPO's (strategy, batch size)
+        pairs, distillation's batch sizes; the stage's own, a size `auto` chose included."""
+        sizes = self.batch_sizes(stage, seed, model, dataset, device)
+        if stage == "grpo":
+            return [[strategy, size] for strategy in self.config[stage]["strategies"]
+                    if strategy != "sequential" for size in sizes]
+        return [size for size in sizes if size != 1]
+
+    def configured_settings(self) -> dict[str, list]:
+        """Per workload, the batched (strategy, batch size) its stage runs, which Appendix E's
+        table uses where no batch size is clearly fastest (evaluation: its accuracy run)."""
+        def first_size(stage: str):
+            return next((size for size in self.config[stage]["batch_sizes"]
+                         if size not in ("auto", 1)), None)
+
+        rollouts = [s for s in self.config["grpo"]["strategies"] if s != "sequential"]
+        return {"evaluate": ["batched_stop", self.config["evaluate"]["accuracy_batch_size"]],
+                "self_consistency": [self.config["self_consistency"]["strategies"][0],
+                                     first_size("self_consistency")],
+                "grpo": [rollouts[0] if rollouts else None, first_size("grpo")],
+                "distill": ["batched", first_size("distill")]}
+
+    def appendix_inputs(self) -> dict[str, list[str]]:
+        """Appendix E's table: both curves' points and the training timings."""
+        evaluate, sampled = self.curve_inputs("evaluate"), self.curve_inputs("self_consistency")
+        return {"evaluate": evaluate["points"], "evaluate_records": evaluate["point_records"],
+                "self_consistency": sampled["points"],
+                "self_consistency_records": sampled["point_records"],
+                "training": [t.path("metrics.json") for t in self.timed_trainings()]}
 
     # --- the tables ------------------------------------------------------------------------------
 

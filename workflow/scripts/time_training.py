@@ -1,0 +1,26 @@
+from batched_reasoning.core.io import log_to
+from batched_reasoning.core.timing import Repeats
+from batched_reasoning.stages.training_timing import time_distill, time_grpo
+
+params, wildcards = snakemake.params, snakemake.wildcards
+timing = params.timing
+time_stage = {"grpo": time_grpo, "distill": time_distill}[wildcards.stage]
+settings = {"grpo": "settings", "distill": "batch_sizes"}[wildcards.stage]
+with log_to(snakemake.log[0]):
+    time_stage(
+        snakemake.input.model,
+        snakemake.input.records,
+        snakemake.output.metrics,
+        config=params.config,
+        **{settings: params.settings},
+        timed_steps=params.config["timed_steps"],
+        device=wildcards.device,
+        dtype=params.dtype,
+        threads=snakemake.threads,
+        prompt_style=params.prompt_style,
+        seed=params.seed,
+        repeats=Repeats(timing["minimum_repeats"], timing["maximum_repeats"],
+                        timing["relative_half_width"]),
+        params=dict(params.items()),
+        labels=dict(wildcards.items()),
+    )
