@@ -3,6 +3,7 @@ baseline and a tie where its interval includes 1, the batched row chosen by the 
 book's figures as published, and several machines side by side."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -19,7 +20,7 @@ from batched_reasoning.workflow.appendix_e import (
     side_by_side,
 )
 
-BOOK = "workflow/resources/appendix_e8_book.tsv"
+BOOK = Path(__file__).resolve().parents[1] / "workflow/resources/appendix_e8_book.tsv"
 CONFIGURED = {"evaluate": ["batched_stop", 8], "self_consistency": ["continuous", 8],
               "grpo": ["batched_stop", 8], "distill": ["batched", 8]}
 

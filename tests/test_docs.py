@@ -24,11 +24,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import shared_file
+from test_appendix_e import BOOK, CONFIGURED, inputs, training_metrics
 from test_curve import write_point
 from doc_commands import REPO, ci_commands, documented_commands, run_by_ci
 from workflow_helpers import copy_workflow
 
 from batched_reasoning.bench.cli import main as bench_main
+from batched_reasoning.workflow.appendix_e import appendix_table
 from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
 CI = "CI"
@@ -60,6 +62,8 @@ CLUSTER_SITE = "snakemake --profile mysite --workflow-profile profiles/slurm --c
 SLURM_WATCH = ["sinfo", "squeue -u $USER", "sacct -X -o JobID,JobName%40,Comment%30,State,Elapsed"]
 MERGE = "python -m batched_reasoning.workflow.merge laptop/results gpu/results --out merged"
 REAL_MODEL = "tests/test_real_path.py::test_the_qwen_config_runs_offline_from_the_hugging_face_cache"
+APPENDIX_E = ("tests/test_real_path.py::"
+              "test_the_appendix_e_config_plans_the_books_four_workloads_apart_offline")
 
 # Where each documented command runs: CI, a test of this module, or (test, its key words).
 RUN_BY = {
@@ -96,6 +100,10 @@ RUN_BY = {
         (REAL_MODEL, ["configs/qwen3-0.6b-math500.yaml"]),
     "snakemake --cores 4 --configfile configs/qwen3-0.6b-math500.yaml":
         (REAL_MODEL, ["configs/qwen3-0.6b-math500.yaml"]),
+    "snakemake --cores 4 --configfile configs/appendix-e.yaml":
+        (APPENDIX_E, ["configs/appendix-e.yaml"]),
+    "snakemake --cores 4 --configfile configs/appendix-e.yaml configs/appendix-e-first-look.yaml":
+        (APPENDIX_E, ["configs/appendix-e.yaml", "configs/appendix-e-first-look.yaml"]),
     "python -m batched_reasoning.workflow.story --seeds 0-4 --cpu-classes native,avx2":
         ("tests/test_story.py::test_the_story_check_runs_every_seed_on_every_cpu_class",
          ["batched_reasoning.workflow.story", "--seeds", "--cpu-classes", "native,avx2"]),
@@ -222,7 +230,23 @@ def test_merging_the_curves_of_two_machines(tmp_path):
         for size, runs in ((1, {"sequential": speed}), (4, {"batched": 3 * speed})):
             write_point(tmp_path / name / f"results/seed0/curve/evaluate/m/d/bs{size}/cpu/t1",
                         1, size, runs, {}, cpu=cpu)
+        timing = training_metrics(tmp_path / f"{name}.json", "grpo", {
+            ("sequential", 1): [1.0, 1.0, 1.0], ("batched_stop", 8): [1 / 3, 1 / 3, 1 / 3]})
+        metrics = json.loads(Path(timing).read_text())
+        metrics["machine"]["cpu"] = cpu
+        Path(timing).write_text(json.dumps(metrics))
+        (tmp_path / name / "results/tables").mkdir(parents=True)
+        appendix_table(inputs(training=[timing]), CONFIGURED, BOOK).to_csv(
+            tmp_path / name / "results/tables/appendix_e.tsv", sep="\t", index=False)
     printed = shell(MERGE, tmp_path)
+    # Appendix E's table: a column group per machine beside the book's
+    assert "merged/appendix_e.tsv" in printed
+    appendix = pd.read_csv(tmp_path / "merged/appendix_e.tsv", sep="\t")
+    grpo = appendix[(appendix.workload == "grpo") & (appendix["mode"] == "batched")].iloc[0]
+    for cpu in ("Laptop CPU", "Big GPU"):
+        assert grpo[f"speedup ({cpu}, 1 thread, float32)"].startswith("3.00")
+    assert grpo["book_h100_min"] == 19.0
+    assert (tmp_path / "merged/appendix_e.png").stat().st_size > 10_000
     assert "merged/evaluate.tsv" in printed
     table = pd.read_csv(tmp_path / "merged/evaluate.tsv", sep="\t")
     assert set(table.machine) == {"Laptop CPU, 1 thread", "Big GPU, 1 thread"}

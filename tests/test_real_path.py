@@ -5,13 +5,14 @@ weights) runs `configs/qwen3-0.6b-math500.yaml` on a few problems, with `HF_HUB_
 import json
 import os
 import re
+import subprocess
 
 import pandas as pd
 import pytest
 import yaml
 from conftest import SHARED_DATA, TINY, random_model
 from test_hub import cache_repo
-from workflow_helpers import REPO, copy_workflow, snakemake
+from workflow_helpers import REPO, SNAKEMAKE, copy_workflow, snakemake
 
 from batched_reasoning.model.checkpoint import save_model
 from batched_reasoning.core.io import read_json, read_jsonl
@@ -124,3 +125,12 @@ def test_the_appendix_e_config_plans_the_books_four_workloads_apart_offline(hub_
 
     snakemake(workdir, "resources/data/math500/train.jsonl", env=env)
     assert read_jsonl(workdir / "resources/data/math500/train.jsonl") == train
+
+    # the documented first look: the overlay's own folder and its few steps
+    first_look = subprocess.run(
+        [*SNAKEMAKE, "-n", "--cores", "4", "--configfile", "configs/appendix-e.yaml",
+         "configs/appendix-e-first-look.yaml"], cwd=workdir, env=env, capture_output=True,
+        text=True, timeout=600)
+    assert first_look.returncode == 0, first_look.stderr
+    assert "results/appendix-e-first-look/tables/appendix_e.tsv" in first_look.stdout
+    assert "results/appendix-e/" not in first_look.stdout

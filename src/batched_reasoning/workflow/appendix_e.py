@@ -390,10 +390,30 @@ def merge_tables(paths: list[Path], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plot_speedups(pd.concat(tables, ignore_index=True), str(out / "appendix_e.png"),
                   f"What batching buys each workload, {len(paths)} runs (Appendix E.8)")
+    shown, legend = merged_view(merged)
     write_table(merged, str(out / "appendix_e.tsv"), str(out / "appendix_e.md"),
                 f"Appendix E's table, merged from {len(paths)} runs",
-                ["One column group per machine (processor, threads, dtype): the batch size, the "
-                 "work's time alone and with the job's start-up, and batched's speedup over one "
-                 "at a time with its 95% interval. Book: Appendix E.8 as published (minutes of "
-                 "the whole script, Qwen3-0.6B). Runs: " + ", ".join(map(str, paths)) + "."])
+                ["Per machine (processor, threads, dtype): the batch size, the work's time "
+                 "with the job's start-up, and batched's speedup over one at a time with its "
+                 "95% interval (the TSV also has the work's time alone). Book: Appendix E.8 as "
+                 "published (minutes of the whole script, Qwen3-0.6B).", *legend,
+                 "Runs: " + ", ".join(map(str, paths)) + "."], shown=shown)
     return out / "appendix_e.tsv"
+
+
+def merged_view(merged: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The merged table to read: machines numbered in the headers, named in a legend."""
+    labels = [c.removeprefix("speedup (").removesuffix(")") for c in merged.columns
+              if c.startswith("speedup (")]
+    shown = merged[["workload", "mode"]].copy()
+    legend = []
+    for number, label in enumerate(labels, start=1):
+        legend.append(f"- machine {number}: {label}")
+        shown[f"{number}: batch"] = merged[f"batch size ({label})"]
+        shown[f"{number}: total s"] = merged[f"total s ({label})"].map(
+            lambda v: "" if pd.isna(v) else f"{v:.2f}")
+        shown[f"{number}: speedup [95%]"] = merged[f"speedup ({label})"]
+    for column, name in (("book_batch_size", "book: batch"), ("book_h100_min", "book: H100 min"),
+                         ("book_dgx_spark_min", "book: DGX Spark min")):
+        shown[name] = merged[column]
+    return shown.astype(object).fillna(""), legend
