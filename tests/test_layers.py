@@ -8,8 +8,6 @@ from batched_reasoning.core import provenance
 LAYERS = [["core"], ["model", "data"], ["engine", "world"], ["training"], ["stages"],
           ["workflow", "bench"]]
 RANK = {package: rank for rank, packages in enumerate(LAYERS) for package in packages}
-# old module names kept for their command lines (`python -m batched_reasoning.story`, ...)
-DEPRECATED_NAMES = {"bench_memory", "llama_cpp", "story"}
 
 
 def layered_modules() -> list[str]:
@@ -18,7 +16,7 @@ def layered_modules() -> list[str]:
 
 def test_every_module_sits_in_a_layer():
     top_level = {name for name in provenance.all_modules() if "." not in name}
-    assert top_level - set(RANK) == {"__init__"} | DEPRECATED_NAMES
+    assert top_level - set(RANK) == {"__init__"}
 
 
 @pytest.mark.parametrize("module", layered_modules())

@@ -153,6 +153,59 @@ def train_step(model, optimizer, examples: list[Example], step_examples: int, ba
     return loss_sum, tokens, cells
 
 
+class DistillRun:
+    """One distillation run's steps: which examples step s trains on (a function of the seed
+    and its epoch, so a resumed run replays them), one training step and its log row, and the
+    validation loss."""
+
+    def __init__(self, settings: DistillSettings, tokenizer: TextTokenizer, train: list[Example],
+                 validation: list[Example], device):
+        self.settings, self.tokenizer, self.device = settings, tokenizer, device
+        self.train, self.validation = train, validation
+        self.lengths = [len(e.ids) for e in train]
+        self.steps_per_epoch = math.ceil(len(train) / settings.examples_per_step)
+        self.total_steps = settings.epochs * self.steps_per_epoch
+        self._epoch_groups: dict[int, list[list[int]]] = {}
+
+    def group(self, step: int) -> list[int]:
+        """The training examples of step `step` (0-based), over all ranks."""
+        epoch, offset = divmod(step, self.steps_per_epoch)
+        if epoch not in self._epoch_groups:
+            self._epoch_groups = {epoch: epoch_batches(
+                self.lengths, self.settings.examples_per_step, self.settings.seed, epoch,
+                self.settings.sort_by_length)}
+        return self._epoch_groups[epoch][offset]
+
+    def validate(self, model) -> float:
+        return mean_loss(model, self.validation, self.settings.batch_size,
+                         self.tokenizer.pad_token_id)
+
+    def step(self, model, optimizer, step: int) -> dict:
+        """Train step `step` on this rank's share of its examples; its log row."""
+        settings, group = self.settings, self.group(step)
+        with PeakMemory(self.device) as memory:
+            tick = time.perf_counter()
+            loss_sum, tokens, cells = train_step(
+                model, optimizer, [self.train[i] for i in distributed.shard(group)], len(group),
+                settings.batch_size, self.tokenizer.pad_token_id, settings.grad_clip,
+                self.device)
+        seconds = time.perf_counter() - tick
+        loss_sum, tokens, cells = distributed.all_reduce([loss_sum, tokens, cells])
+        seconds, peak_mb = distributed.all_reduce([seconds, memory.peak_mb], op="max")
+        row = {"epoch": step // self.steps_per_epoch + 1, "step": step + 1,
+               "train_loss": loss_sum / len(group), "val_loss": math.nan,
+               "tokens_per_sec": tokens / seconds, "pad_fraction": 1 - tokens / cells,
+               "peak_mem_mb": peak_mb, "tokens": int(tokens), "examples": len(group),
+               "step_seconds": seconds}
+        if (step + 1) % settings.log_every == 0 or step + 1 == self.total_steps:
+            row["val_loss"] = self.validate(model)
+        if distributed.is_main() and not math.isnan(row["val_loss"]):
+            print(f"epoch {row['epoch']}/{settings.epochs} step {step + 1}/{self.total_steps} "
+                  f"train_loss {row['train_loss']:.4f} val_loss {row['val_loss']:.4f} "
+                  f"{row['tokens_per_sec']:.0f} tokens/s", flush=True)
+        return row
+
+
 def distill(model_dir: str, teacher_path: str, files: TrainingFiles, settings: DistillSettings,
             params: dict, labels: dict) -> dict | None:
     """Train the student; write it to `files.model` with its log, loss curve and metrics.
@@ -166,54 +219,19 @@ def distill(model_dir: str, teacher_path: str, files: TrainingFiles, settings: D
     torch.set_num_threads(distributed.threads_per_rank(settings.threads))
     tokenizer = TextTokenizer.from_model_dir(model_dir, settings.prompt_style)
     train, validation, report = training_examples(teacher_path, tokenizer, settings)
-    n_too_long = report["n_too_long"]
-    lengths = [len(e.ids) for e in train]
     world_size = distributed.world_size()
     if world_size > settings.examples_per_step:
         raise ValueError(f"world size {world_size} exceeds distill.examples_per_step "
                          f"({settings.examples_per_step}): ranks would idle")
-    steps_per_epoch = math.ceil(len(train) / settings.examples_per_step)
-    total_steps = settings.epochs * steps_per_epoch
-    epoch_groups = {}
-
-    def validate(model) -> float:
-        return mean_loss(model, validation, settings.batch_size, tokenizer.pad_token_id)
-
-    def take_step(model, optimizer, step: int) -> dict:
-        epoch, offset = divmod(step, steps_per_epoch)
-        if epoch not in epoch_groups:
-            epoch_groups.clear()
-            epoch_groups[epoch] = epoch_batches(lengths, settings.examples_per_step, settings.seed,
-                                                epoch, settings.sort_by_length)
-        group = epoch_groups[epoch][offset]
-        with PeakMemory(torch_device) as memory:
-            tick = time.perf_counter()
-            loss_sum, tokens, cells = train_step(
-                model, optimizer, [train[i] for i in distributed.shard(group)], len(group),
-                settings.batch_size, tokenizer.pad_token_id, settings.grad_clip, torch_device)
-        seconds = time.perf_counter() - tick
-        loss_sum, tokens, cells = distributed.all_reduce([loss_sum, tokens, cells])
-        seconds, peak_mb = distributed.all_reduce([seconds, memory.peak_mb], op="max")
-        row = {"epoch": epoch + 1, "step": step + 1, "train_loss": loss_sum / len(group),
-               "val_loss": math.nan, "tokens_per_sec": tokens / seconds,
-               "pad_fraction": 1 - tokens / cells, "peak_mem_mb": peak_mb, "tokens": int(tokens),
-               "examples": len(group), "step_seconds": seconds}
-        if (step + 1) % settings.log_every == 0 or step + 1 == total_steps:
-            row["val_loss"] = validate(model)
-        if distributed.is_main() and not math.isnan(row["val_loss"]):
-            print(f"epoch {epoch + 1}/{settings.epochs} step {step + 1}/{total_steps} "
-                  f"train_loss {row['train_loss']:.4f} val_loss {row['val_loss']:.4f} "
-                  f"{row['tokens_per_sec']:.0f} tokens/s", flush=True)
-        return row
-
+    run = DistillRun(settings, tokenizer, train, validation, torch_device)
     trained = train_loop(
         identity=identity, start_dir=model_dir, work_dir=files.work_dir, device=torch_device,
-        dtype=settings.dtype, seed=settings.seed, steps=total_steps,
+        dtype=settings.dtype, seed=settings.seed, steps=run.total_steps,
         checkpoint_every=settings.checkpoint_every,
         make_optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=settings.lr),
         first_rows=lambda model: [{"epoch": 0, "step": 0, "train_loss": math.nan,
-                                   "val_loss": validate(model)}],
-        take_step=take_step)
+                                   "val_loss": run.validate(model)}],
+        take_step=run.step)
     if not distributed.is_main():
         return None
 
@@ -224,10 +242,29 @@ def distill(model_dir: str, teacher_path: str, files: TrainingFiles, settings: D
     plot_curve(frame, files.curve_png,
                f"Distillation: {labels.get('model')} on {labels.get('dataset')} teacher traces, "
                f"batch size {settings.batch_size} on {world_size} rank(s)")
+    metrics = labels | {
+        "batch_size": settings.batch_size, "examples_per_step": settings.examples_per_step,
+        "world_size": world_size, "dtype": settings.dtype, "epochs": settings.epochs,
+        "steps": run.total_steps, "n_teacher_rows": report["n_rows"],
+        "n_malformed": report["n_malformed"], "malformed": report["malformed"],
+        "n_too_long": report["n_too_long"], "n_train": len(train),
+        "n_validation": len(validation), "wall_seconds_this_run": trained.seconds,
+        "resumed_from_step": trained.resumed_from, "sort_by_length": settings.sort_by_length,
+        "use_think_tokens": settings.use_think_tokens,
+    } | summarize(frame, run.lengths, settings, world_size) | run_info(params, torch_device,
+                                                                        __name__)
+    write_json(metrics, files.metrics_json)
+    finish_run(files.work_dir)
+    return metrics
+
+
+def summarize(frame: pd.DataFrame, lengths: list[int], settings: DistillSettings,
+              world_size: int) -> dict:
+    """A run's totals from its per-step log (row 0, before training, only gives the validation
+    loss), and the padding of its micro-batches with and without sorting by length."""
     steps = frame[frame["step"] > 0]
 
-    def epochs_padding(sort: bool) -> float:
-        """Padding of every micro-batch of every rank over the run."""
+    def padding(sort: bool) -> float:
         return pad_fraction([
             [lengths[i] for i in part] for epoch in range(settings.epochs)
             for step in epoch_batches(lengths, settings.examples_per_step, settings.seed, epoch,
@@ -235,28 +272,16 @@ def distill(model_dir: str, teacher_path: str, files: TrainingFiles, settings: D
             for rank in range(world_size)
             for part in micro_batches(step, settings.batch_size, world_size, rank)])
 
-    metrics = labels | {
-        "batch_size": settings.batch_size, "examples_per_step": settings.examples_per_step,
-        "world_size": world_size, "dtype": settings.dtype, "epochs": settings.epochs,
-        "steps": total_steps,
-        "n_teacher_rows": report["n_rows"], "n_malformed": report["n_malformed"],
-        "malformed": report["malformed"], "n_too_long": n_too_long,
-        "n_train": len(train), "n_validation": len(validation),
+    return {
         "train_seconds": float(steps["step_seconds"].sum()),
-        "wall_seconds_this_run": trained.seconds,
         "train_tokens": int(steps["tokens"].sum()),
         "tokens_per_second": float(steps["tokens"].sum() / steps["step_seconds"].sum()),
-        "pad_fraction": epochs_padding(settings.sort_by_length),
-        "pad_fraction_unsorted": epochs_padding(False),
+        "pad_fraction": padding(settings.sort_by_length),
+        "pad_fraction_unsorted": padding(False),
         "peak_memory_mb": float(steps["peak_mem_mb"].max()),
         "initial_val_loss": float(frame["val_loss"].iloc[0]),
         "final_val_loss": float(frame["val_loss"].iloc[-1]),
-        "resumed_from_step": trained.resumed_from,
-        "sort_by_length": settings.sort_by_length, "use_think_tokens": settings.use_think_tokens,
-    } | run_info(params, torch_device, __name__)
-    write_json(metrics, files.metrics_json)
-    finish_run(files.work_dir)
-    return metrics
+    }
 
 
 def plot_curve(log: pd.DataFrame, png: str, title: str) -> None:

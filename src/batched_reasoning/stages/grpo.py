@@ -238,6 +238,28 @@ def grpo_step(model, optimizer, step: int, context: StepContext) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """The held-out problems whose greedy accuracy a run measures before and after training."""
+
+    tokenizer: TextTokenizer
+    prompts: list[list[int]]
+    answers: list[str]
+    max_new_tokens: int
+
+    def evaluate_into(self, model, row: dict) -> dict:
+        """`row` with the accuracy, each problem's correctness and the time it took."""
+        tick = time.perf_counter()
+        correct = eval_correct(model, self.tokenizer, self.prompts, self.answers,
+                               self.max_new_tokens)
+        row["eval_acc"] = sum(correct) / len(correct)
+        row["eval_correct"] = correct
+        row["eval_seconds"] = time.perf_counter() - tick
+        if distributed.is_main():
+            print(f"step {row['step']}: eval accuracy {row['eval_acc']:.3f}", flush=True)
+        return row
+
+
 def train_grpo(model_dir: str, train_path: str, test_path: str, files: TrainingFiles,
                settings: GRPOSettings, params: dict, labels: dict) -> dict | None:
     """Train for `settings.steps` GRPO steps; resumes from the latest checkpoint in
@@ -262,22 +284,12 @@ def train_grpo(model_dir: str, train_path: str, test_path: str, files: TrainingF
     tokenizer = TextTokenizer.from_model_dir(model_dir, settings.prompt_style)
     train = read_jsonl(train_path)[:settings.train_problems]
     test = read_jsonl(test_path)[:settings.eval_problems]
-    eval_prompts = [tokenizer.encode(format_prompt(r["problem"], settings.prompt_style))
-                    for r in test]
-    eval_answers = [r["answer"] for r in test]
+    held_out = HeldOut(tokenizer, [tokenizer.encode(format_prompt(r["problem"],
+                                                                settings.prompt_style))
+                                   for r in test], [r["answer"] for r in test],
+                       settings.max_new_tokens)
     context = StepContext(settings, tokenizer, train, TopP(settings.temperature, settings.top_p,
                                                            settings.seed), torch_device)
-
-    def evaluate_into(model, row: dict) -> dict:
-        tick = time.perf_counter()
-        correct = eval_correct(model, tokenizer, eval_prompts, eval_answers,
-                               settings.max_new_tokens)
-        row["eval_acc"] = sum(correct) / len(correct)
-        row["eval_correct"] = correct
-        row["eval_seconds"] = time.perf_counter() - tick
-        if main:
-            print(f"step {row['step']}: eval accuracy {row['eval_acc']:.3f}", flush=True)
-        return row
 
     def take_step(model, optimizer, step: int) -> dict:
         row = grpo_step(model, optimizer, step, context)
@@ -286,7 +298,7 @@ def train_grpo(model_dir: str, train_path: str, test_path: str, files: TrainingF
                   f"{row['reward_avg']:.3f}{' (skipped: all rewards equal)' if row['skipped'] else ''}",
                   flush=True)
         if (step + 1) % settings.eval_every == 0 or step + 1 == settings.steps:
-            evaluate_into(model, row)
+            held_out.evaluate_into(model, row)
         return row
 
     trained = train_loop(
@@ -294,9 +306,16 @@ def train_grpo(model_dir: str, train_path: str, test_path: str, files: TrainingF
         dtype=settings.dtype, seed=settings.seed, steps=settings.steps,
         checkpoint_every=settings.checkpoint_every,
         make_optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=settings.lr),
-        first_rows=lambda model: [evaluate_into(model, {"step": 0})], take_step=take_step)
+        first_rows=lambda model: [held_out.evaluate_into(model, {"step": 0})],
+        take_step=take_step)
     if not main:
         return None
+    return write_outputs(trained, model_dir, files, settings, params, labels, torch_device)
+
+
+def write_outputs(trained, model_dir: str, files: TrainingFiles, settings: GRPOSettings,
+                  params: dict, labels: dict, torch_device) -> dict:
+    """The trained policy, its log, learning curve and metrics; the work folder removed."""
     save_model(trained.model, files.model, source=model_dir)
     log = pd.DataFrame(trained.rows)
     with atomic_path(files.log_csv) as tmp:

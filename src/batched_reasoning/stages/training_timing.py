@@ -27,8 +27,8 @@ from ..core.timing import Repeats, repeat, setup_seconds
 from ..data.prompts import TextTokenizer
 from ..engine.sampling import TopP
 from ..model.checkpoint import load_model
-from ..training.loop import epoch_batches, seed_everything
-from .distill import DistillSettings, train_step, training_examples
+from ..training.loop import seed_everything
+from .distill import DistillRun, DistillSettings, train_step, training_examples
 from .grpo import GRPOSettings, StepContext, grpo_step
 
 # The number whose interval decides how many repeats a setting needs.
@@ -113,8 +113,8 @@ def time_distill(model_dir: str, teacher_path: str, out_metrics: str, *, config:
     base = DistillSettings.from_params(config, batch_size=1, device=device, dtype=dtype,
                                        seed=seed, prompt_style=prompt_style, threads=threads)
     train, _, _ = training_examples(teacher_path, tokenizer, base)
-    groups = epoch_batches([len(e.ids) for e in train], base.examples_per_step, seed, 0,
-                           base.sort_by_length)[:timed_steps]
+    run = DistillRun(base, tokenizer, train, [], torch_device)  # its steps, in its order
+    groups = [run.group(step) for step in range(min(timed_steps, run.total_steps))]
     model = load_model(model_dir, dtype=dtype, device=torch_device)
     model.train()
     start_state = starting_weights(model)
