@@ -168,3 +168,18 @@ def test_merged_tables_put_machines_side_by_side(tmp_path):
         assert merged.loc[(merged["workload"] == "grpo") & (merged["mode"] == "batched"),
                           column].item().startswith("2.00")
     assert {"book_h100_min", "book_dgx_spark_min"} <= set(merged.columns)
+
+
+def test_two_noisy_repeats_give_an_open_interval_not_a_negative_one(tmp_path):
+    """Two repeats far apart: the t-interval of the baseline's rate reaches below 0 (t = 12.7).
+    A rate is never negative, so its interval stops at 0, the speedup's has no upper end, and
+    the figure draws it (a negative error bar would stop the table job)."""
+    noisy = training_metrics(tmp_path / "grpo.json", "grpo", {
+        ("sequential", 1): [1.0, 3.0], ("batched_stop", 8): [0.5, 0.52]})
+    table = appendix_table(inputs(training=[noisy]), CONFIGURED, BOOK)
+    base, batched = row(table, "grpo", "one at a time"), row(table, "grpo", "batched")
+    assert base["throughput_lo"] == 0.0 and base["work_s_lo"] >= 0.0
+    assert batched["speedup_hi"] == float("inf")
+    assert batched["speedup_verdict"] == "tie (interval includes 1)"
+    appendix_e.plot_speedups(table, str(tmp_path / "plot.png"), "noisy")
+    assert (tmp_path / "plot.png").stat().st_size > 10_000

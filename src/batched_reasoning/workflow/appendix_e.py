@@ -61,8 +61,9 @@ def timed(run_samples: list[dict], units: float | None, key: str = "wall_s",
     `units` per repeat over its time, or the repeats' own `rate`."""
     work = summary_of([s[key] for s in run_samples])
     speed = summary_of([s[rate] if rate else units / s[key] for s in run_samples])
-    return {"work_s": work.median, "work_s_lo": work.low, "work_s_hi": work.high,
-            "throughput": speed.median, "throughput_lo": speed.low,
+    # a time or a rate is never negative, though a wide t-interval of few repeats can reach below 0
+    return {"work_s": work.median, "work_s_lo": max(work.low, 0.0), "work_s_hi": work.high,
+            "throughput": speed.median, "throughput_lo": max(speed.low, 0.0),
             "throughput_hi": speed.high, "repeats": work.n}
 
 
@@ -144,7 +145,8 @@ def speedup(row: dict, base: dict | None) -> dict:
                 "total_speedup_lo": None, "total_speedup_hi": None}
     value = row["throughput"] / base["throughput"]
     low = row["throughput_lo"] / base["throughput_hi"]
-    high = row["throughput_hi"] / base["throughput_lo"]
+    # a baseline interval reaching 0 bounds the speedup from below only
+    high = row["throughput_hi"] / base["throughput_lo"] if base["throughput_lo"] > 0 else math.inf
     verdict = "faster" if low > 1 else "slower" if high < 1 else "tie (interval includes 1)"
     return {"speedup": value, "speedup_lo": low, "speedup_hi": high, "speedup_verdict": verdict,
             **total_speedup(row, base)}
@@ -335,7 +337,8 @@ def plot_speedups(table: pd.DataFrame, png: str, title: str) -> None:
             xs.append(position + index * width)
             heights.append(row["speedup"])
             errors[0].append(row["speedup"] - row["speedup_lo"])
-            errors[1].append(row["speedup_hi"] - row["speedup"])
+            # an unbounded interval (its baseline's reaches 0) is drawn to 10x its bar
+            errors[1].append(min(row["speedup_hi"], 10 * row["speedup"]) - row["speedup"])
         book = name.startswith("book: ")
         ax.bar(xs, heights, width, yerr=None if book else errors, capsize=3, label=name,
                hatch="//" if book else None, alpha=0.5 if book else 0.9)
