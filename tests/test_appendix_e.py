@@ -47,7 +47,7 @@ def training_metrics(path, stage, runs: dict[tuple, list[float]]):
         agreement = ({"same_steps": 4, "compared_steps": 4} if stage == "grpo"
                      else {"max_loss_difference": 1e-7})
         metrics["runs"].append({
-            "setting": strategy, "strategy": strategy, "batch_size": size, "units_per_step": 8,
+            "strategy": strategy, "batch_size": size, "units_per_step": 8,
             "samples": [{"work_s": t, "steps_per_s": 4 / t, "generation_s": t / 2}
                         for t in times], "peak_memory_mb": 100.0 * size} | agreement)
     path.write_text(json.dumps(metrics))

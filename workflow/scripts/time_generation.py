@@ -2,7 +2,6 @@ from batched_reasoning.core.io import log_to
 from batched_reasoning.core.timing import Repeats
 from batched_reasoning.stages.timing import time_generation
 
-timing = snakemake.params.timing
 with log_to(snakemake.log[0]):
     time_generation(
         snakemake.input.model, snakemake.input.records, snakemake.output.records,
@@ -15,8 +14,7 @@ with log_to(snakemake.log[0]):
         prompt_style=snakemake.params.prompt_style,
         threads=snakemake.threads,
         n_problems=snakemake.params.problems,
-        repeats=Repeats(timing["minimum_repeats"], timing["maximum_repeats"],
-                        timing["relative_half_width"]),
+        repeats=Repeats.from_config(snakemake.params.timing),
         **snakemake.params.sampling,
         seed=snakemake.params.seed,
         params=dict(snakemake.params.items()),

@@ -3,7 +3,6 @@ from batched_reasoning.core.timing import Repeats
 from batched_reasoning.stages.training_timing import time_distill, time_grpo
 
 params, wildcards = snakemake.params, snakemake.wildcards
-timing = params.timing
 time_stage = {"grpo": time_grpo, "distill": time_distill}[wildcards.stage]
 settings = {"grpo": "settings", "distill": "batch_sizes"}[wildcards.stage]
 with log_to(snakemake.log[0]):
@@ -19,8 +18,7 @@ with log_to(snakemake.log[0]):
         threads=snakemake.threads,
         prompt_style=params.prompt_style,
         seed=params.seed,
-        repeats=Repeats(timing["minimum_repeats"], timing["maximum_repeats"],
-                        timing["relative_half_width"]),
+        repeats=Repeats.from_config(snakemake.params.timing),
         params=dict(params.items()),
         labels=dict(wildcards.items()),
     )

@@ -69,6 +69,12 @@ class Repeats:
     maximum: int = 6
     relative_half_width: float = 0.05
 
+    @classmethod
+    def from_config(cls, timing: Mapping) -> Repeats:
+        """From the config's `timing` section."""
+        return cls(timing["minimum_repeats"], timing["maximum_repeats"],
+                   timing["relative_half_width"])
+
     def __post_init__(self):
         if not 2 <= self.minimum <= self.maximum:
             raise ValueError(f"repeats: need 2 <= minimum ({self.minimum}) <= maximum "

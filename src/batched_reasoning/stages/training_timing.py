@@ -94,7 +94,7 @@ def time_grpo(model_dir: str, train_path: str, out_metrics: str, *, config: dict
 
         measured = time_setting(model, start_state, adamw(config["lr"]), step,
                                 timed_steps, seed, repeats, torch_device)
-        runs.append({"setting": strategy, "strategy": strategy, "batch_size": size,
+        runs.append({"strategy": strategy, "batch_size": size,
                      "units_per_step": config["num_rollouts"] * config["problems_per_step"]}
                     | measured)
     return write_timing(out_metrics, "grpo", "rollouts", runs, setup, timed_steps, torch_device,
@@ -130,8 +130,7 @@ def time_distill(model_dir: str, teacher_path: str, out_metrics: str, *, config:
 
         measured = time_setting(model, start_state, adamw(base.lr), step,
                                 len(groups), seed, repeats, torch_device)
-        runs.append({"setting": "one at a time" if size == 1 else "batched",
-                     "strategy": "sequential" if size == 1 else "batched", "batch_size": size,
+        runs.append({"strategy": "sequential" if size == 1 else "batched", "batch_size": size,
                      "units_per_step": base.examples_per_step} | measured)
     return write_timing(out_metrics, "distill", "examples", runs, setup, len(groups),
                         torch_device, dtype, params, labels)

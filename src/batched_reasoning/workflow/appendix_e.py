@@ -24,8 +24,6 @@ from .names import machine_label
 from .tables import write_table
 
 WORKLOADS = ("evaluation", "self_consistency", "grpo", "distillation")
-STAGE_OF = {"evaluation": "evaluate", "self_consistency": "self_consistency", "grpo": "grpo",
-            "distillation": "distill"}
 UNITS = {"evaluation": "tokens/s", "self_consistency": "samples/s", "grpo": "steps/s",
          "distillation": "examples/s"}
 MODES = ("one at a time", "batched")
