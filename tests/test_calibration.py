@@ -12,6 +12,9 @@ from batched_reasoning.core import calibration
 from batched_reasoning.core.provenance import run_info
 from batched_reasoning.engine.generation import generate
 from batched_reasoning.model import attention, kernels
+from batched_reasoning.engine.compiled import Eager
+from batched_reasoning.engine.decode import DecodeState
+from batched_reasoning.engine.kv_cache import SlotCache
 from batched_reasoning.model.attention import fused_attention
 
 SHAPE = (torch.bfloat16, 4, 2, 16)
@@ -86,10 +89,14 @@ def test_decode_attention_takes_the_chosen_kernel_and_float32_rounds_only_once(m
     native = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     assert not torch.equal(in_float32, native)  # so the checks below tell the kernels apart
     assert (in_float32.double() - exact).abs().max() <= 2**-8 * exact.abs().max()
-    force("float32", monkeypatch)
-    assert torch.equal(fused_attention(q, k, v, mask), in_float32)
-    force("native", monkeypatch)
+    assert torch.equal(fused_attention(q, k, v, mask, in_float32=True), in_float32)
     assert torch.equal(fused_attention(q, k, v, mask), native)
+    # a generation call resolves the choice once, for every layer and step (`DecodeState`)
+    model = random_model().to(torch.bfloat16)
+    for choice in ("float32", "native"):
+        force(choice, monkeypatch)
+        state = DecodeState.empty_slots(model, SlotCache.for_model(model, 2, 16), Eager())
+        assert state.in_float32 is (choice == "float32")
 
 
 class FakeClock:
@@ -154,7 +161,7 @@ def test_a_model_packs_as_this_machine_timed_it(wisdom, monkeypatch, recorded, p
 
 
 @pytest.mark.parametrize("strategy, timed", [("batched_stop", {"prefill_call"}),
-                                             ("continuous", {"prefill_call", "attention_call"})])
+                                             ("continuous", {"prefill_call"})])
 def test_generation_times_its_call_costs_once_and_records_them(wisdom, strategy, timed):
     model = random_model()
     prompts = [[5, 6, 7], [5, 6, 7, 8, 9, 10, 11]]

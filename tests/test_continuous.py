@@ -9,9 +9,10 @@ from conftest import EOS, PAD
 
 from batched_reasoning.model import attention
 
-from batched_reasoning.engine import kv_cache
 from batched_reasoning.engine.generation import Greedy, generate
 from batched_reasoning.engine.kv_cache import KVCache, SlotCache
+from batched_reasoning.engine.compiled import Eager
+from batched_reasoning.engine.decode import DecodeState
 from batched_reasoning.engine.scheduling import row_groups
 from batched_reasoning.engine.padding import length_sorted, right_pad
 from batched_reasoning.engine.sampling import TopP
@@ -113,12 +114,13 @@ def test_slot_cache_rows_of_different_lengths_match_alone(eos_model):
             alone.append(eos_model(torch.tensor([[prompt[-1]]]), cache=single)[0, -1])
         input_ids, attention_mask = right_pad([p[:-1] for p in prompts[::-1]], PAD)
         eos_model.hidden_states(input_ids, attention_mask, cache=cache.prefill([1, 0]))
+        state = DecodeState.empty_slots(eos_model, cache, Eager())
         for row, prompt in enumerate(prompts):
-            cache.set_prefix(row, len(prompt) - 1)
-        step = torch.tensor([[p[-1]] for p in prompts])
-        together = eos_model(step, cache=cache)[:, -1]
+            state.refill(row, len(prompt) - 1)
+        with eos_model.decoding(40):
+            together = state.step([p[-1] for p in prompts])
     torch.testing.assert_close(together, torch.stack(alone), atol=1e-5, rtol=0)
-    assert cache.lengths == [9, 30]
+    assert state.lengths == [9, 30]
 
 
 def run_cost(ends, runs, call_cost):
@@ -147,15 +149,6 @@ def test_row_groups_keeps_equal_rows_together_and_splits_off_a_long_one():
     assert row_groups([50] * 6, 32) == [(0, 6)]
     assert row_groups([50, 50, 400, 50], 32) == [(0, 2), (2, 3), (3, 4)]
     assert row_groups([50, 60, 70], 10**9) == [(0, 3)]
-
-
-@pytest.mark.parametrize("call_cost", [0, 10**9])
-def test_continuous_equals_sequential_whether_rows_attend_alone_or_together(
-    eos_model, sequential, monkeypatch, call_cost
-):
-    monkeypatch.setattr(kv_cache, "attention_call_cost", lambda *shape: call_cost)
-    result = run(eos_model, prompts_of(LENGTHS), "continuous", 4)
-    assert result.tokens == sequential.tokens
 
 
 @pytest.mark.parametrize("time, masked", [(1, False), (1, True), (7, True)])

@@ -243,9 +243,9 @@ def test_greedy_picks_the_first_of_tied_maxima_as_argmax_does(dtype):
     logits = torch.zeros(3, 151_936, dtype=dtype)  # Qwen3's vocabulary: vectorised reductions
     logits[0, [7, 9000, 151_935]] = 2.0
     logits[1, 100_000] = 1.0
-    sampler = Greedy()
-    assert sampler(logits, [0, 1, 2]).tolist() == [7, 100_000, 0] == logits.argmax(-1).tolist()
-    assert sampler.margins.tolist() == [0.0, 1.0, 0.0]
+    picked = generation.pick(Greedy(), logits, [0, 1, 2])
+    assert picked == [(7, 0.0), (100_000, 1.0), (0, 0.0)]
+    assert [token for token, _ in picked] == logits.argmax(-1).tolist()
 
 
 def test_pad_fraction_counts_the_padding_of_every_batch_at_its_own_width():

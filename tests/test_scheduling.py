@@ -20,7 +20,7 @@ def test_waiting_requests_take_free_slots_first_come_first_served():
     assert all(r.admitted_at == 1.5 and r.next_input == r.prompt[-1] for r in entering.values())
     scheduler.release(1)
     assert scheduler.has_free_slot() and held(scheduler) == [0, None, 2]
-    assert scheduler.rows_to_keep() is None  # two still wait for the one free slot
+    assert scheduler.rows_to_keep() == [0, 1, 2]  # two still wait for the one free slot
     assert {row: r.index for row, r in scheduler.admit(now=2.0).items()} == {1: 3}
     assert held(scheduler) == [0, 3, 2] and not scheduler.has_free_slot()
 

@@ -104,6 +104,10 @@ def dtype_of(wildcards):
     return config["dtype"][wildcards.device]
 
 
+def compile_of(wildcards):
+    return config["compile"][wildcards.device]
+
+
 def probed_peak_mb(stage, wildcards):
     """The peak the stage's probe measured at this batch size, where `auto` ran one."""
     if "auto" not in config[stage]["batch_sizes"]:

@@ -34,6 +34,7 @@ rule time_generation:
         timing=config["timing"],
         sampling=lambda w: PLAN.curve_sampling(w.stage),
         dtype=dtype_of,
+        compile=compile_of,
         max_new_tokens=lambda w: config[w.stage]["max_new_tokens"],
         prompt_style=prompt_style_of,
         seed=seed_of,

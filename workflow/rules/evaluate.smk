@@ -28,6 +28,7 @@ rule evaluate:
         gpu=generation_resource("evaluate", "gpu"),
     params:
         dtype=dtype_of,
+        compile=compile_of,
         max_new_tokens=EVAL["max_new_tokens"],
         prompt_style=prompt_style_of,
         seed=seed_of,

@@ -10,6 +10,7 @@ with log_to(snakemake.log[0]):
         batch_size=int(snakemake.wildcards.batch_size),
         device=snakemake.wildcards.device,
         dtype=snakemake.params.dtype,
+        compile=snakemake.params.compile,
         max_new_tokens=snakemake.params.max_new_tokens,
         prompt_style=snakemake.params.prompt_style,
         threads=snakemake.threads,

@@ -50,6 +50,7 @@ from ..model.config import QWEN3_SHAPES, Qwen3Config, resolve_dtype
 from ..core.cpu_class import CPU_CLASSES, current_cpu_class, environment_for
 from ..data.records import load_records
 from ..core.devices import device_name, resolve_device, synchronize
+from ..engine.compiled import MODES
 from ..engine.generation import STRATEGIES, Greedy, generate
 from ..core.io import write_json
 from ..core.memory import MEASURES, PeakMemory
@@ -105,6 +106,9 @@ class Run:
     prefill_seconds: float = float("nan")
     decode_seconds: float = float("nan")
     prefills: float = float("nan")  # prompts prefilled (ours: repeats share one prefill)
+    decode_mode: str = ""  # ours: eager or compiled (`engine.compiled`)
+    graphs: int = 0
+    compile_seconds: float = 0.0
 
 
 def draw_answer_lengths(n: int, low: int, high: int, seed: int = 0) -> list[int]:
@@ -180,16 +184,23 @@ class ForcedLengthsProcessor:
 
 
 def run_ours(model, prompts, strategy, batch_size, max_new_tokens, eos_token_id, pad_token_id,
-             answer_lengths=None) -> Run:
-    sampler = ForcedLengths(answer_lengths, eos_token_id) if answer_lengths else None
+             answer_lengths=None, compile="off") -> Run:
+    """One timed run; compiled (`compile` on), after an untimed one that traces every shape,
+    whose compile time and graphs the run reports."""
+    def once():
+        sampler = ForcedLengths(answer_lengths, eos_token_id) if answer_lengths else None
+        return generate(model, prompts, strategy=strategy, batch_size=batch_size,
+                        max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                        pad_token_id=pad_token_id, sampler=sampler, compile=compile)
+
+    traced = once() if compile == "on" else None
     with PeakMemory(model.device) as memory:
         start = time.perf_counter()
-        result = generate(model, prompts, strategy=strategy, batch_size=batch_size,
-                          max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                          pad_token_id=pad_token_id, sampler=sampler)
+        result = once()
         wall = time.perf_counter() - start
     return Run(result.tokens, wall, memory.peak_mb, result.prefill_seconds, result.decode_seconds,
-               result.prefills)
+               result.prefills, result.compiled, (traced or result).graphs,
+               (traced or result).compile_seconds)
 
 
 def run_book(book_model, prompts, strategy, batch_size, max_new_tokens, eos_token_id,
@@ -262,7 +273,7 @@ BOOK_STRATEGIES = ("batched", "batched_stop")
 
 def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_token_id,
               pad_token_id, book: bool, transformers_model=None,
-              answer_lengths: list[int] | None = None) -> pd.DataFrame:
+              answer_lengths: list[int] | None = None, compile: str = "off") -> pd.DataFrame:
     """One row per implementation x strategy x batch size (sequential: batch size 1 only).
 
     `answer_lengths` (one per prompt) end every row there (see the module docstring); the
@@ -300,7 +311,7 @@ def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_to
     for implementation, strategy, batch_size in plan:
         if implementation == "ours":
             model.pack_for_inference(batch_size)
-            run = run_ours(model, prompts, strategy, batch_size, **args)
+            run = run_ours(model, prompts, strategy, batch_size, **args, compile=compile)
         elif implementation == "book":
             run = run_book(book_model, prompts, strategy, batch_size, **args, device=model.device)
         else:
@@ -320,6 +331,8 @@ def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_to
             "tokens_per_s": generated / run.wall_seconds,
             "peak_mem_mb": run.peak_memory_mb, "memory_measure": MEASURES[model.device.type],
             "packed_weights": implementation == "ours" and model.packed,
+            "decode_mode": run.decode_mode, "graphs": run.graphs,
+            "compile_s": run.compile_seconds,
         })
         print(f"{implementation} {strategy} bs={batch_size}: {generated / run.wall_seconds:.2f} tokens/s",
               flush=True)
@@ -380,6 +393,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--transformers", action="store_true",
                         help="also time Hugging Face transformers' generate on the checkpoint")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--compile", choices=MODES, default="off",
+                        help="how our decode steps run (engine.compiled); on: each run after an "
+                             "untimed one that compiles every shape")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--cpu-class", choices=list(CPU_CLASSES),
@@ -469,6 +485,7 @@ def main(argv=None) -> pd.DataFrame | None:
         if args.transformers else None,
         eos_token_id=None if args.no_eos else tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, answer_lengths=answer_lengths,
+        compile=args.compile,
     )
     table = table.assign(dtype=args.dtype, cpu_class=current_cpu_class(),
                          cpu_capability=torch.backends.cpu.get_cpu_capability())

@@ -9,9 +9,9 @@ Every choice this process made is listed by `choices_made()`, and runs record th
 
 The choices: whether decode attention over a half-precision cache runs in float32
 (`model.attention.decode_attention_in_float32`); from how many rows packed weights pay
-(`model.kernels.pack_from_rows`); what one more prefill call and one more decode attention
-call cost (`call_cost`, for `engine.generation.prefill_call_cost` and
-`model.attention.attention_call_cost`).
+(`model.kernels.pack_from_rows`); what one more prefill call costs (`call_cost`, for
+`engine.generation.prefill_call_cost`); what compiling the decode step costs and saves
+(`engine.compiled.compile_pays`, for `compile: auto`).
 
 The wisdom file is `$BATCHED_REASONING_WISDOM`, else `batched_reasoning/wisdom.json` in the
 user's cache folder (`$XDG_CACHE_HOME`, else `~/.cache`). Deleting it makes the next run measure

@@ -25,6 +25,8 @@ from tqdm.auto import tqdm
 from ..core import calibration
 from ..core.devices import synchronize
 from ..model.kernels import PREFILL_CALL_COST
+from .compiled import choose_stepper
+from .decode import DecodeState
 from .kv_cache import KVCache, SlotCache
 from .padding import batches, left_pad, right_pad
 from .scheduling import Request, SlotScheduler, row_groups
@@ -58,6 +60,11 @@ class GenerationResult:
     first_token_at: list[float] = field(default_factory=list)
     finished_at: list[float] = field(default_factory=list)
     decode_steps: int = 0  # model calls that decoded one token per row
+    # How decode steps ran (`compiled`): eager, compiled or cuda-graphs; how many graphs were
+    # traced, and the seconds their first calls took (tracing, compiling, capturing).
+    compiled: str = "eager"
+    graphs: int = 0
+    compile_seconds: float = 0.0
 
     @property
     def completion(self) -> list[float]:
@@ -91,6 +98,8 @@ class Greedy:
 
     It also keeps each pick's margin, the top logit minus the runner-up: where two runs of the
     same model disagree, a tiny margin there means rounding broke a near-tie, a large one a bug.
+    Pick and margin come from one pass over the vocabulary (`topk` of two); where the top two
+    tie, `pick` takes the first of the tied maxima, as `argmax` does.
     """
 
     margins: torch.Tensor | None = None
@@ -99,21 +108,22 @@ class Greedy:
         pass
 
     def __call__(self, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
-        top_two = logits.topk(2, dim=-1).values.float()
-        self.margins = top_two[:, 0] - top_two[:, 1]
-        # `max` picks the first of tied maxima, as `argmax` does, at a fifth of its CPU time
-        # (16 rows of Qwen3's vocabulary in bfloat16: 0.95 instead of 4.5 ms).
-        return logits.max(dim=-1).indices
+        values, indices = logits.topk(2, dim=-1)
+        values = values.float()
+        self.margins = values[:, 0] - values[:, 1]
+        return indices[:, 0]
 
 
 def pick(sampler, logits: torch.Tensor, rows: list[int]) -> list[tuple[int, float | None]]:
-    """The sampler's token for each row, and greedy's margin, moved to the host in one copy."""
+    """The sampler's token for each row, and greedy's margin, moved to the host in one copy.
+    An exact tie (margin 0, rare) is broken on the host as `argmax` breaks it: first index."""
     tokens = sampler(logits, rows)
     margins = getattr(sampler, "margins", None)
     if margins is None:
         return [(token, None) for token in tokens.tolist()]
     pairs = torch.stack((tokens.to(torch.float64), margins.to(torch.float64)), dim=1).tolist()
-    return [(int(token), margin) for token, margin in pairs]
+    return [(int(logits[row].argmax()) if margin == 0 else int(token), margin)
+            for row, (token, margin) in enumerate(pairs)]
 
 
 def take_token(result: GenerationResult, index: int, picked: tuple[int, float | None],
@@ -215,6 +225,7 @@ def generate_batch(
     sampler,
     drop_finished: bool,
     result: GenerationResult,
+    stepper,
 ) -> None:
     """Generate for one batch; write tokens and latencies of prompt indices `rows` into `result`.
 
@@ -229,7 +240,7 @@ def generate_batch(
     rows, sources = share_prompts(prompts, rows)
     distinct = max(sources) + 1
     width = max(len(prompts[r]) for r in rows)
-    cache = KVCache.for_model(model, len(rows), width + max_new_tokens)
+    cache = KVCache.for_model(model, len(rows), stepper.capacity(width + max_new_tokens))
     result.kv_cache_mb = max(result.kv_cache_mb, cache.megabytes)
     logits = prefill_batch(model, cache, [prompts[r] for r in rows[:distinct]], pad_token_id)
     if distinct < len(rows):
@@ -243,6 +254,7 @@ def generate_batch(
     outputs = [result.tokens[r] for r in rows]
     done = [False] * len(rows)
     in_batch = list(range(len(rows)))  # batch positions in the compute batch, in cache order
+    state = DecodeState.after_batch_prefill(model, cache, stepper)
     while True:
         live = [j for j, b in enumerate(in_batch) if not done[b]]
         live_logits = logits if len(live) == len(in_batch) else logits[live]
@@ -256,14 +268,12 @@ def generate_batch(
         if all(done):
             break
         if drop_finished:
-            keep = [j for j, b in enumerate(in_batch) if not done[b]]
+            live = [j for j, b in enumerate(in_batch) if not done[b]]
+            keep = stepper.rows_to_keep(live, len(in_batch))
             if len(keep) < len(in_batch):
-                cache.keep_rows(keep)
+                state.keep(keep)
                 in_batch = [in_batch[j] for j in keep]
-        next_ids = [end_tokens[0] if done[b] else outputs[b][-1] for b in in_batch]
-        next_ids = torch.tensor(next_ids, device=device)[:, None]
-        step_mask = torch.ones_like(next_ids, dtype=torch.bool)
-        logits = model(next_ids, step_mask, cache=cache)[:, -1]
+        logits = state.step([pad_token_id if done[b] else outputs[b][-1] for b in in_batch])
         result.decode_steps += 1
     synchronize(device)
     result.decode_seconds += time.perf_counter() - prefill_end
@@ -287,7 +297,8 @@ def prefill_slots(model, cache: SlotCache, entering: dict[int, Request],
         model.hidden_states(input_ids, attention_mask, cache=cache.prefill(rows[first:stop]))
     for row, request in entering.items():
         source = held.get(request.prefix, to_fill.get(request.prefix, row))
-        cache.set_prefix(row, len(request.prefix), None if source == row else source)
+        if source != row:
+            cache.copy_prefix(row, len(request.prefix), source)
     return len(rows)
 
 
@@ -303,6 +314,7 @@ def generate_continuous(
     sampler,
     result: GenerationResult,
     bar: tqdm,
+    stepper,
 ) -> None:
     """Continuous batching over `batch_size` slots; write tokens and latencies into `result`.
 
@@ -319,39 +331,45 @@ def generate_continuous(
     scheduler = SlotScheduler([Request(index, tuple(prompts[index])) for index in order],
                               batch_size)
     prefill_call_cost(model)  # timed once per machine, before this call's clock starts
-    cache = SlotCache.for_model(model, len(scheduler.slots), capacity)  # times attention
+    cache = SlotCache.for_model(model, len(scheduler.slots), stepper.capacity(capacity))
+    state = DecodeState.empty_slots(model, cache, stepper)
     call_start = time.perf_counter()
     prefill_seconds = 0.0
     result.kv_cache_mb = cache.megabytes
 
     while scheduler.slots:
-        if scheduler.has_free_slot():
+        if scheduler.has_free_slot() and scheduler.waiting:
             synchronize(device)
             prefill_start = time.perf_counter()
             held = {request.prefix: row for row, request in enumerate(scheduler.slots)
                     if request is not None}
             entering = scheduler.admit(prefill_start)
             result.prefills += prefill_slots(model, cache, entering, held, pad_token_id)
+            for row, request in entering.items():
+                state.refill(row, len(request.prefix))
             synchronize(device)
             prefill_seconds += time.perf_counter() - prefill_start
 
-        step_ids = torch.tensor([r.next_input for r in scheduler.slots], device=device)[:, None]
-        logits = model(step_ids, torch.ones_like(step_ids, dtype=torch.bool), cache=cache)[:, -1]
+        logits = state.step([r.next_input if r else pad_token_id for r in scheduler.slots])
         result.decode_steps += 1
-        picked = pick(sampler, logits, [request.index for request in scheduler.slots])
+        live = [row for row, request in enumerate(scheduler.slots) if request is not None]
+        picked = pick(sampler, logits if len(live) == state.rows else logits[live],
+                      [scheduler.slots[row].index for row in live])
         now = time.perf_counter()
-        for row, (request, token) in enumerate(zip(scheduler.slots, picked)):
+        for row, token in zip(live, picked):
+            request = scheduler.slots[row]
             request.next_input = token[0]
             if take_token(result, request.index, token, ends, max_new_tokens, now):
                 result.latency[request.index] = now - request.admitted_at
                 scheduler.release(row)
                 bar.update(1)
 
-        keep = scheduler.rows_to_keep()
-        if keep is not None:
-            if keep:
-                cache.keep_rows(keep)
+        keep = stepper.rows_to_keep(scheduler.rows_to_keep(), state.rows)
+        if len(keep) < state.rows:
             scheduler.keep(keep)
+            if keep:
+                state.keep(keep)
+                cache.keys, cache.values = state.keys, state.values
     synchronize(device)
     result.prefill_seconds += prefill_seconds
     result.decode_seconds += time.perf_counter() - call_start - prefill_seconds
@@ -370,6 +388,7 @@ def generate(
     keys: Sequence[Sequence[int]] | None = None,
     order: Sequence[int] | None = None,
     progress: bool = False,
+    compile: str = "off",
 ) -> GenerationResult:
     """Generate a continuation for each prompt (token lists in, token lists out, input order).
 
@@ -379,6 +398,8 @@ def generate(
     `keys` name each prompt for the sampler's per-row random streams (default: its index);
     `order` is the order prompts are batched (continuous: admitted) in (e.g. sorted by length;
     default: input order).
+    `compile` (`off`, `auto`, `on`) runs the decode steps compiled (`compiled`); `auto` does
+    where this run's decode steps pay back the compile time measured on this machine.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
@@ -399,20 +420,25 @@ def generate(
                               started_at=time.perf_counter(),
                               first_token_at=[0.0] * len(prompts),
                               finished_at=[0.0] * len(prompts))
-    with tqdm(total=len(prompts), desc=f"{strategy} bs={batch_size}", disable=not progress,
-              mininterval=5) as bar:
+    capacity = max(len(p) for p in prompts) + max_new_tokens
+    stepper = choose_stepper(model, compile, batch_size, capacity,
+                             expected_steps=-(-len(prompts) // batch_size) * max_new_tokens)
+    result.compiled = stepper.name
+    with model.decoding(stepper.capacity(capacity)), tqdm(total=len(prompts), desc=f"{strategy} bs={batch_size}",
+                                        disable=not progress, mininterval=5) as bar:
         if strategy == "continuous":
             generate_continuous(
                 model, prompts, order, batch_size, max_new_tokens, end_tokens, pad_token_id,
-                sampler, result, bar,
+                sampler, result, bar, stepper,
             )
             result.batch_rows.append(order)
-            return result
-        for rows in batches(order, batch_size):
-            generate_batch(
-                model, prompts, rows, max_new_tokens, end_tokens, pad_token_id, sampler,
-                drop_finished=strategy == "batched_stop", result=result,
-            )
-            result.batch_rows.append(rows)
-            bar.update(len(rows))
+        else:
+            for rows in batches(order, batch_size):
+                generate_batch(
+                    model, prompts, rows, max_new_tokens, end_tokens, pad_token_id, sampler,
+                    drop_finished=strategy == "batched_stop", result=result, stepper=stepper,
+                )
+                result.batch_rows.append(rows)
+                bar.update(len(rows))
+    result.graphs, result.compile_seconds = stepper.graphs, stepper.compile_seconds
     return result

@@ -7,15 +7,15 @@ ones) and `advance` (the new tokens are now cached). Two layouts implement them:
 - `KVCache`: one time axis for the whole batch; left padding aligns the rows, so one write
   offset serves them all (the `batched` strategies).
 - `SlotCache`: every row has its own length, so a row can be refilled with a new prompt while
-  the others keep decoding (the `continuous` strategy).
+  the others keep decoding (the `continuous` strategy); it is only prefilled through this
+  protocol, and decoded by `decode.DecodeState`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..model.attention import attention_call_cost, fused_attention
-from .scheduling import row_groups
+from ..model.attention import fused_attention
 
 
 def keep_rows(keys: torch.Tensor, values: torch.Tensor, rows: list[int], filled: int):
@@ -129,33 +129,19 @@ class KVCache:
 class SlotCache:
     """Keys and values for `batch` slots, each holding one sequence of its own length.
 
-    Row `r` holds real tokens at positions `0 .. lengths[r] - 1` and nothing else, so a row
-    needs no padding mask: its new tokens go at its own length, and attention masks every key
-    past the row's end. Lengths live on the host (the generation loop knows them without
-    asking the device). The storage starts zeroed: a masked key must still be a finite number,
+    Row `r` holds real tokens at positions `0 .. length - 1` and nothing after them that a
+    step reads unmasked: a prompt is prefilled into its slot from empty (`prefill`), decoding
+    (`decode.DecodeState`) writes each row at its own length, and attention masks every key
+    past a row's end. The storage starts zeroed: a masked key must still be a finite number,
     since a masked-out NaN value would poison the attention sum.
-
-    Rows of very different lengths attend in separate runs (`row_groups`, priced with
-    `call_cost`, on CPU `attention_call_cost`), so a short row does not read up to the longest
-    row's end. On a GPU one call is far cheaper than the reads it would save, so all rows
-    attend together.
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, call_cost: int = 0):
-        self.keys, self.values, self.call_cost = keys, values, call_cost
-        self.lengths = [0] * keys.shape[1]
-        self._positions = None  # cache positions of the tokens being written, (batch, time)
-        # Rows that attend together (`row_groups`): (first, stop, longest end, whether to mask)
-        self._runs: list[tuple[int, int, int, bool]] = []
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        self.keys, self.values = keys, values
 
     @classmethod
     def for_model(cls, model, batch: int, max_len: int) -> SlotCache:
-        call_cost = 0
-        if model.device.type == "cpu":
-            attention = model.model.layers[0].self_attn
-            call_cost = attention_call_cost(model.dtype, attention.n_heads, attention.n_kv_heads,
-                                            attention.head_dim, len(model.model.layers))
-        return cls(*_storage(model, batch, max_len, torch.zeros), call_cost)
+        return cls(*_storage(model, batch, max_len, torch.zeros))
 
     megabytes = KVCache.megabytes
 
@@ -166,61 +152,13 @@ class SlotCache:
     def prefill(self, rows: list[int]) -> SlotPrefill:
         """A cache for one right-padded prefill of slots `rows` from empty: each prompt lands at
         positions 0.. of its own slot, where decoding expects it, with no second buffer to
-        hold and copy from. Then give each slot its length (`set_prefix`)."""
+        hold and copy from. Then the slots' prefixes are set (`copy_prefix` for shared ones)."""
         return SlotPrefill(self, rows)
 
-    def set_prefix(self, row: int, length: int, source: int | None = None) -> None:
-        """Slot `row` now holds a prompt prefix of `length` tokens: prefilled into it, or
-        (`source`) copied from the slot that holds the same prefix."""
-        if source is not None:
-            self.keys[:, row, :, :length] = self.keys[:, source, :, :length]
-            self.values[:, row, :, :length] = self.values[:, source, :, :length]
-        self.lengths[row] = length
-
-    def append_mask(self, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The new tokens go at each row's own end; `attention_mask` must be all real tokens."""
-        time = attention_mask.shape[1]
-        ends = [length + time for length in self.lengths]
-        if max(ends) > self.capacity:
-            raise ValueError(f"KV cache overflow: {max(ends)} positions > capacity {self.capacity}")
-        device = attention_mask.device
-        starts = torch.tensor(self.lengths, device=device)[:, None]
-        self._positions = starts + torch.arange(time, device=device)
-        if device.type == "cpu":
-            runs = row_groups(ends, self.call_cost)
-        else:
-            runs = [(0, len(ends))]
-        # A run needs no mask when it adds one token per row and its rows all end together.
-        self._runs = [
-            (first, stop, max(ends[first:stop]), time > 1 or len(set(ends[first:stop])) > 1)
-            for first, stop in runs
-        ]
-        key_pos = torch.arange(max(ends), device=device)
-        key_mask = key_pos < (starts + time)
-        return key_mask, self._positions
-
-    def attend(self, layer: int, q, k, v, mask) -> torch.Tensor:
-        """Store each row's new keys/values at its own positions; attend each run of rows over
-        keys up to its longest row's end (shorter rows' surplus is masked)."""
-        rows = torch.arange(k.shape[0], device=k.device)[:, None]
-        # Indexing (rows, :, positions) puts the (batch, time) index dims first.
-        self.keys[layer][rows, :, self._positions] = k.transpose(1, 2)
-        self.values[layer][rows, :, self._positions] = v.transpose(1, 2)
-        outputs = []
-        for first, stop, end, masked in self._runs:
-            run_mask = mask[first:stop, :, :, :end] if masked else None
-            keys = self.keys[layer, first:stop, :, :end]
-            values = self.values[layer, first:stop, :, :end]
-            outputs.append(fused_attention(q[first:stop], keys, values, run_mask))
-        return torch.cat(outputs) if len(outputs) > 1 else outputs[0]
-
-    def advance(self, steps: int) -> None:
-        self.lengths = [length + steps for length in self.lengths]
-
-    def keep_rows(self, rows: list[int]) -> None:
-        """Drop every slot not in `rows` (ascending; no prompt is left to refill them)."""
-        self.keys, self.values = keep_rows(self.keys, self.values, rows, max(self.lengths))
-        self.lengths = [self.lengths[r] for r in rows]
+    def copy_prefix(self, row: int, length: int, source: int) -> None:
+        """Slot `row` gets the first `length` positions of slot `source` (the same prefix)."""
+        self.keys[:, row, :, :length] = self.keys[:, source, :, :length]
+        self.values[:, row, :, :length] = self.values[:, source, :, :length]
 
 
 class SlotPrefill:

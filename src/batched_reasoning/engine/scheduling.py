@@ -57,9 +57,10 @@ class SlotScheduler:
         self.slots: list[Request | None] = [None] * min(slots, len(requests))
 
     def admit(self, now: float) -> dict[int, Request]:
-        """Free slot -> the waiting request that takes it (there is one for every free slot)."""
-        entering = {row: self.waiting.popleft()
-                    for row, request in enumerate(self.slots) if request is None}
+        """Free slot -> the waiting request that takes it, first come, first served, while
+        requests wait."""
+        free = [row for row, request in enumerate(self.slots) if request is None]
+        entering = {row: self.waiting.popleft() for row in free[:len(self.waiting)]}
         for row, request in entering.items():
             request.admitted_at, request.next_input = now, request.prompt[-1]
             self.slots[row] = request
@@ -71,12 +72,11 @@ class SlotScheduler:
     def release(self, row: int) -> None:
         self.slots[row] = None
 
-    def rows_to_keep(self) -> list[int] | None:
-        """The slots to keep when some free ones will never be refilled (then they leave the
-        batch: the caller drops them from its cache and calls `keep`); None when all stay."""
+    def rows_to_keep(self) -> list[int]:
+        """The slots still needed: those held, and as many free ones as requests wait. The
+        others will never be refilled and may leave the batch (the caller drops them from its
+        cache and calls `keep`)."""
         free = [row for row, request in enumerate(self.slots) if request is None]
-        if len(free) <= len(self.waiting):
-            return None
         surplus = set(free[len(self.waiting):])
         return [row for row in range(len(self.slots)) if row not in surplus]
 

@@ -1,39 +1,31 @@
-"""Attention kernels for a few query tokens over cached keys, and their price on this CPU.
-
-The model and both caches call `fused_attention`; `attention_call_cost` prices one more call
-for `scheduling.row_groups`, which splits rows of very different lengths into calls.
-"""
+"""Attention kernels for a few query tokens over cached keys, and which runs faster on this
+CPU: the model, the caches and the decode step call `fused_attention`."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 
 from ..core import calibration
 
-# Keys and values the attention timing cycles through, at most (`attention_call_cost`).
-ATTENTION_TIMING_MB = 128
 # Cached positions of the timed decode step (`decode_attention_in_float32`): a short answer's.
 DECODE_CONTEXT = 128
 
 
-def fused_attention(q, k, v, mask):
+def fused_attention(q, k, v, mask, in_float32: bool = False):
     """Fused attention in which grouped key/value heads are shared, never copied per query head.
 
     On CPU, `enable_gqa` lets the fused kernel read each key/value head once for its group. On a
     GPU the flash and memory-efficient kernels do not take `enable_gqa` with a mask, and PyTorch
     would fall back to its math kernel, which copies keys and values for every query head over
     the whole cache, every layer, every step; there the group's query heads are folded into the
-    query length instead (`folded_attention`), which the fast kernels take. A CPU decode step
-    over a half-precision cache runs in float32 where that was measured faster on this machine
-    (`calibration`).
+    query length instead (`folded_attention`), which the fast kernels take. `in_float32` runs a
+    CPU call over a half-precision cache in float32: decode steps do where that was measured
+    faster on this machine (`decode_attention_in_float32`, resolved once per generation call).
     """
     if q.device.type == "cpu":
         gqa = q.shape[1] != k.shape[1]
-        if q.shape[2] == 1 and decode_attention_in_float32(q.dtype, q.shape[1], k.shape[1],
-                                                           q.shape[3]):
+        if in_float32:
             return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
                                                   enable_gqa=gqa).to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
@@ -54,36 +46,6 @@ def folded_attention(q, k, v, mask):
         mask = mask.expand(batch, 1, time, mask.shape[-1]).repeat(1, 1, groups, 1)
     out = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask)
     return out.reshape(batch, heads, time, dim)
-
-
-def attention_call_cost(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int,
-                        layers: int) -> int:
-    """What one more decode attention call costs on this CPU, in key positions read: timed
-    for 4 rows of one query over 32 and over 512 cached positions, once per machine and head
-    shape (`calibration`). Each timed call attends once per layer over that layer's own keys
-    (up to the model's `layers` and `ATTENTION_TIMING_MB`), so, as in decoding, the keys come
-    from memory rather than from the last call's cache lines."""
-    name = f"attention_call/{str(dtype).removeprefix('torch.')}/{heads}x{kv_heads}x{head_dim}"
-
-    def prepare():
-        generator = torch.Generator().manual_seed(0)
-        large_mb = 2 * 4 * kv_heads * 512 * head_dim * dtype.itemsize / 2**20
-        copies = max(1, min(layers, math.ceil(ATTENTION_TIMING_MB / large_mb)))
-        inputs = {}
-        for positions in (32, 512):
-            mask = torch.ones(4, 1, 1, positions, dtype=torch.bool)
-            mask[0, ..., : positions // 4] = False  # a shorter row in the run
-            inputs[positions] = [
-                [torch.randn(4, h, t, head_dim, generator=generator).to(dtype)
-                 for h, t in ((heads, 1), (kv_heads, positions), (kv_heads, positions))] + [mask]
-                for _ in range(copies)]
-
-        def attend(positions: int) -> None:
-            for q, k, v, mask in inputs[positions]:
-                fused_attention(q, k, v, mask)
-        return attend
-
-    return calibration.call_cost(name, prepare, 32, 512, repeats=15)
 
 
 def decode_attention_in_float32(dtype: torch.dtype, heads: int, kv_heads: int,

@@ -7,6 +7,7 @@ state dict loads without renaming. The forward pass is padding-aware: a boolean 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
@@ -41,13 +42,13 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def rotary_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin tables for the given positions (batch, time) -> (batch, 1, time, head_dim)."""
-    inv_freq = 1.0 / (
-        theta ** (torch.arange(0, head_dim, 2, device=position_ids.device).float() / head_dim)
-    )
-    angles = position_ids[..., None].float() * inv_freq
-    angles = torch.cat([angles, angles], dim=-1)[:, None]
+def rotary_tables(positions: int, head_dim: int, theta: float, dtype: torch.dtype, device):
+    """cos/sin of every position `0 .. positions-1` (positions, head_dim), in `dtype`: computed
+    once and indexed by position, rather than once per forward pass (a decode step's dozen
+    small kernels). Entry p is exactly what computing it for position p alone gives."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
+    angles = torch.arange(positions, device=device).float()[:, None] * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
@@ -73,6 +74,15 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.qkv_proj: Linear | None = None  # q, k and v packed side by side for inference
+        # The q- and k-norm weights side by side, fixed while a generation call runs
+        # (`Qwen3.decoding`); training concatenates them anew each pass, as they change.
+        self.fixed_qk_norm: torch.Tensor | None = None
+
+    def qk_norm_weight(self) -> torch.Tensor:
+        if self.fixed_qk_norm is not None:
+            return self.fixed_qk_norm
+        return torch.cat([self.q_norm.weight.expand(self.n_heads, -1),
+                          self.k_norm.weight.expand(self.n_kv_heads, -1)])
 
     def pack(self) -> None:
         self.qkv_proj = kernels.pack_side_by_side([self.q_proj, self.k_proj, self.v_proj])
@@ -88,9 +98,8 @@ class Attention(nn.Module):
             qk, v = self.qkv_proj(x).split([qk_size, self.n_kv_heads * self.head_dim], -1)
         # Query and key heads are normed (each with its own weight) and rotated alike, so they
         # go through one norm and one rotation together: half the small kernels of a decode step.
-        norm_weight = torch.cat([self.q_norm.weight.expand(self.n_heads, -1),
-                                 self.k_norm.weight.expand(self.n_kv_heads, -1)])
-        qk = rms_norm(qk.view(batch, time, heads, self.head_dim), norm_weight, self.q_norm.eps)
+        qk = rms_norm(qk.view(batch, time, heads, self.head_dim), self.qk_norm_weight(),
+                      self.q_norm.eps)
         q, k = apply_rotary(qk.transpose(1, 2), cos, sin).split([self.n_heads, self.n_kv_heads], 1)
         v = v.view(batch, time, self.n_kv_heads, self.head_dim).transpose(1, 2)
         if cache is None:
@@ -181,6 +190,31 @@ class Qwen3(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
+    def rotary(self, positions: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The RoPE tables (`rotary_tables`) for at least `positions` positions, made once and
+        grown when a longer sequence comes."""
+        tables = getattr(self, "_rotary", None)
+        if tables is None or len(tables[0]) < positions or tables[0].dtype != dtype \
+                or tables[0].device != self.device:
+            tables = rotary_tables(max(positions, 256), self.cfg.head_dim, self.cfg.rope_theta,
+                                   dtype, self.device)
+            self._rotary = tables
+        return tables
+
+    @contextmanager
+    def decoding(self, positions: int):
+        """What every decode step reads and no step changes, made once for a generation call:
+        RoPE tables for `positions` positions and each layer's q/k-norm weights side by side."""
+        self.rotary(positions, self.dtype)
+        attentions = [layer.self_attn for layer in self.model.layers]
+        for attention in attentions:
+            attention.fixed_qk_norm = attention.qk_norm_weight().detach()
+        try:
+            yield
+        finally:
+            for attention in attentions:
+                attention.fixed_qk_norm = None
+
     @property
     def device(self) -> torch.device:
         return self.model.embed_tokens.weight.device
@@ -257,6 +291,7 @@ class Qwen3(nn.Module):
         batch, time = input_ids.shape
         if segment_ids is not None:
             mask, position_ids = packed_mask_and_positions(segment_ids)
+            self.rotary(time, self.dtype)
             return self.layers_over(input_ids, mask, position_ids, None)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
@@ -267,14 +302,18 @@ class Qwen3(nn.Module):
             query_pos = torch.arange(time, device=input_ids.device).expand(batch, time)
         if position_ids is None:  # the number of real tokens before each new one
             position_ids = (key_mask.cumsum(-1) - 1).clamp(min=0).gather(1, query_pos)
+        self.rotary(key_mask.shape[1], self.dtype)  # positions count keys, never beyond them
         x = self.layers_over(input_ids, attention_mask_4d(key_mask, query_pos), position_ids, cache)
         if cache is not None:
             cache.advance(time)
         return x
 
     def layers_over(self, input_ids, mask, position_ids, cache) -> torch.Tensor:
+        """The decoder layers over `input_ids` at `position_ids` (both (batch, time)); the RoPE
+        tables must already reach every position (`rotary`)."""
         x = self.model.embed_tokens(input_ids)
-        cos, sin = rotary_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        cos_table, sin_table = self._rotary
+        cos, sin = cos_table[position_ids][:, None], sin_table[position_ids][:, None]
         for index, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, mask, cache, index)
         return x

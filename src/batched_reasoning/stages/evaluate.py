@@ -23,9 +23,10 @@ def evaluate(
     model_dir: str, batches_path: str, records_path: str, stats_path: str,
     out_records: str, out_metrics: str, *,
     strategy: str, batch_size: int, device: str, dtype: str, max_new_tokens: int,
-    prompt_style: str, threads: int, params: dict, labels: dict,
+    prompt_style: str, threads: int, params: dict, labels: dict, compile: str = "off",
 ) -> dict:
-    """Greedy generation over the padded batches; one graded record per problem plus metrics."""
+    """Greedy generation over the padded batches; one graded record per problem plus metrics.
+    `compile` is how decode steps run (`engine.compiled`)."""
     torch_device = resolve_device(device)  # fail before any work
     torch.set_num_threads(threads)
     prompts, order = load_batches(batches_path)
@@ -39,7 +40,7 @@ def evaluate(
         result = generate(
             model, prompts, strategy=strategy, batch_size=batch_size, order=order,
             max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
-            pad_token_id=tokenizer.pad_token_id, progress=True,
+            pad_token_id=tokenizer.pad_token_id, progress=True, compile=compile,
         )
         wall = time.perf_counter() - start
     outputs = []
@@ -61,6 +62,8 @@ def evaluate(
         "wall_seconds": wall,
         "prefill_seconds": result.prefill_seconds,
         "decode_seconds": result.decode_seconds,
+        "decode_mode": result.compiled, "graphs": result.graphs,
+        "compile_seconds": result.compile_seconds,
         "generated_tokens": result.generated_tokens,
         # answers cut off by the budget before any end token: wrong only by accident of budget
         "truncated": sum(stop is None for stop in result.stop_tokens),

@@ -25,6 +25,7 @@ from ..core.provenance import run_info
 from ..core.timing import Repeats, repeat, setup_seconds
 from ..data.grading import extract_answer, is_correct
 from ..data.prompts import TextTokenizer, format_prompt
+from ..engine import compiled
 from ..engine.generation import Greedy, generate
 from ..engine.padding import batches, pad_fraction
 from ..engine.workload import finished_row_share, length_stats
@@ -91,13 +92,20 @@ class Workload:
     sampler: object
     num_samples: int
     max_new_tokens: int
+    compile: str = "off"  # `auto` is resolved per strategy before timing (`decode_mode`)
 
-    def generate(self, strategy: str, batch_size: int, count: int):
+    def decode_mode(self, size: int) -> str:
+        """`off` or `on` for the whole timed workload at `size` rows."""
+        capacity = max(map(len, self.prompts)) + self.max_new_tokens
+        steps = -(-len(self.prompts) // size) * self.max_new_tokens
+        return compiled.resolve(self.model, self.compile, size, capacity, steps)
+
+    def generate(self, strategy: str, batch_size: int, count: int, compile: str = "off"):
         return generate(self.model, self.prompts[:count], strategy=strategy,
                         batch_size=batch_size, max_new_tokens=self.max_new_tokens,
                         eos_token_id=self.tokenizer.end_token_ids,
                         pad_token_id=self.tokenizer.pad_token_id, sampler=self.sampler,
-                        keys=self.keys[:count])
+                        keys=self.keys[:count], compile=compile)
 
     def correct_texts(self, texts: list[str]) -> list[bool]:
         return correct_answers(self.records, self.keys, texts, self.num_samples)
@@ -110,18 +118,24 @@ def time_strategy(work: Workload, strategy: str, size: int, repeats: Repeats, de
     """A warm-up batch, then the repeats of the whole workload; their summaries, the raw
     repeats, the first repeat's result and the peak memory. Every repeat must give the same
     tokens."""
-    results = []
+    results, mode = [], work.decode_mode(size)
+    everything = len(work.prompts)
 
     def run() -> dict[str, float]:
-        numbers, result = one_repeat(lambda: work.generate(strategy, size, len(work.prompts)),
+        numbers, result = one_repeat(lambda: work.generate(strategy, size, everything, mode),
                                      work.tokenizer.decode, work.correct_texts)
         results.append(result)
         return numbers
 
+    # A compiled warm-up runs the whole workload: every shape is traced before the clock runs.
+    warm_up = lambda: warm_ups.append(  # noqa: E731
+        work.generate(strategy, size, everything if mode == "on" else size, mode))
+    warm_ups = []
     with PeakMemory(device) as memory:
-        summaries, samples = repeat(run, repeats, WATCHED,
-                                    warm_up=lambda: work.generate(strategy, size, size))
+        summaries, samples = repeat(run, repeats, WATCHED, warm_up=warm_up)
     first = results[0]
+    first.compile_seconds = sum(r.compile_seconds for r in warm_ups + results)
+    first.graphs = max(r.graphs for r in warm_ups + results)
     if any(r.tokens != first.tokens for r in results[1:]):
         raise RuntimeError(f"{strategy} at batch size {size}: repeats gave different tokens; "
                            "timing a nondeterministic run compares nothing")
@@ -133,7 +147,7 @@ def time_generation(
     strategies: list[str], batch_size: int, device: str, dtype: str, max_new_tokens: int,
     prompt_style: str, threads: int, n_problems: int, repeats: Repeats, num_samples: int = 1,
     temperature: float = 0.0, top_p: float = 1.0, prompt_suffix: str = "", seed: int = 0,
-    params: dict, labels: dict,
+    params: dict, labels: dict, compile: str = "off",
 ) -> dict:
     """Time every strategy at `batch_size` on the first `n_problems` problems (`num_samples`
     each; greedy at temperature 0). Writes each strategy's outputs and timed numbers."""
@@ -147,7 +161,7 @@ def time_generation(
     model.pack_for_inference(batch_size)
     sampler = make_sampler(temperature, top_p, seed) if num_samples > 1 else Greedy()
     work = Workload(model, tokenizer, records, prompts, keys, sampler, num_samples,
-                    max_new_tokens)
+                    max_new_tokens, compile)
     setup = setup_seconds()  # before the roofline's one-off measurement of this machine
     limits = machine_limits(torch_device, model.dtype)
     runs, outputs = [], []
@@ -162,6 +176,8 @@ def time_generation(
             "accuracy": float(np.mean(work.correct(first.tokens))),
             "peak_memory_mb": memory.peak_mb, "memory_measure": memory.measure,
             "kv_cache_mb": first.kv_cache_mb,
+            "decode_mode": first.compiled, "graphs": first.graphs,
+            "compile_seconds": first.compile_seconds,
             "predicted_peak_memory_mb": predict_peak_mb(
                 model.cfg, dtype, size, max(map(len, prompts)), max_new_tokens, device,
                 baseline, distinct_prompts=min(size, len(records)))["total"],

@@ -1,0 +1,281 @@
+"""How decode steps run: eagerly, compiled with `torch.compile`, or replayed as CUDA graphs.
+
+A stepper is called with a `DecodeState` and the step's input ids and returns the logits; it
+also decides which rows leave the batch (`rows_to_keep`). The compiled ones bucket the shapes
+(`decode.power_of_two_at_least`) so that a run traces a bounded number of graphs, count them
+(`graphs`) and time their first calls (`compile_seconds`: tracing, compiling, capturing).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+from ..core import calibration
+from ..core.devices import synchronize
+from .decode import SMALLEST_LENGTH_BUCKET, decode_step, graph_bound, power_of_two_at_least
+
+MODES = ("off", "auto", "on")
+# Graphs of the decode step one process may trace (`torch._dynamo`'s per-function limit):
+# a few runs' worth of `decode.graph_bound`.
+RECOMPILE_LIMIT = 256
+# No graph of the decode step compiles faster than this, even the toy's 3 layers with inductor's
+# caches warm (about 1 s a graph on a 2-vCPU Xeon): a run whose whole eager decode is shorter
+# cannot pay for compiling, and `auto` then decides without measuring.
+MIN_COMPILE_SECONDS = 0.5
+# Rows at which `auto` times a compiled against an eager step (once per machine and model).
+MEASURE_ROWS = 8
+
+
+class Eager:
+    """Exact shapes: attention over the longest row's keys; finished rows leave at once."""
+
+    name = "eager"
+    reads_past_end = False  # attends over the longest row's keys only
+    graphs = 0
+    compile_seconds = 0.0
+
+    def __call__(self, state, ids: torch.Tensor) -> torch.Tensor:
+        return state.eager_step(ids)
+
+    def capacity(self, positions: int) -> int:
+        return positions
+
+    def rows_to_keep(self, live: list[int], rows: int) -> list[int]:
+        return live
+
+
+class Bucketed:
+    """Shapes rounded up to powers of two, one graph per (rows, length bucket)."""
+
+    reads_past_end = True  # attends up to the length bucket's end, past the longest row
+
+    def __init__(self):
+        self.shapes: set[tuple[int, int]] = set()
+        self.compile_seconds = 0.0
+
+    @property
+    def graphs(self) -> int:
+        return len(self.shapes)
+
+    def capacity(self, positions: int) -> int:
+        """Caches are made a power of two long, so every length bucket fits (at most twice
+        the key/value memory the run needs)."""
+        return power_of_two_at_least(positions, SMALLEST_LENGTH_BUCKET)
+
+    def rows_to_keep(self, live: list[int], rows: int) -> list[int]:
+        """Finished rows stay (masked placeholders) until the live ones fit the next smaller
+        batch bucket; then the batch shrinks to that bucket, live rows first."""
+        bucket = power_of_two_at_least(len(live))
+        if bucket >= rows or not live:
+            return list(range(rows)) if live else []
+        finished = [row for row in range(rows) if row not in set(live)]
+        return sorted(live + finished[:bucket - len(live)])
+
+    @staticmethod
+    def length_bucket(state) -> int:
+        return power_of_two_at_least(max(state.lengths) + 1, SMALLEST_LENGTH_BUCKET)
+
+    def __call__(self, state, ids: torch.Tensor) -> torch.Tensor:
+        end = self.length_bucket(state)
+        shape = (state.rows, end)
+        if shape in self.shapes:
+            return self.run(state, ids, end)
+        synchronize(state.keys.device)
+        start = time.perf_counter()
+        logits = self.run(state, ids, end)
+        synchronize(state.keys.device)
+        self.compile_seconds += time.perf_counter() - start
+        self.shapes.add(shape)
+        return logits
+
+
+_compiled_step = None  # `decode_step` under torch.compile, shared by the whole process
+_traced: set[tuple] = set()  # (model, rows, length bucket) already traced in this process
+
+
+class Compiled(Bucketed):
+    """`decode_step` through `torch.compile` (inductor, whole graph, static shapes). Graphs
+    live as long as the process: a later generation call with the same model and shapes
+    replays them, and counts none as new."""
+
+    name = "compiled"
+
+    def __init__(self):
+        super().__init__()
+        global _compiled_step
+        if _compiled_step is None:
+            _compiled_step = torch.compile(decode_step, fullgraph=True, dynamic=False)
+        # One graph per shape is the design (`decode.graph_bound`), not a recompilation storm.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit,
+                                                   RECOMPILE_LIMIT)
+
+    def __call__(self, state, ids: torch.Tensor) -> torch.Tensor:
+        traced = (id(state.model), state.rows, self.length_bucket(state), state.in_float32)
+        if traced in _traced:
+            self.shapes.add(traced[1:3])
+        logits = super().__call__(state, ids)
+        _traced.add(traced)
+        return logits
+
+    def run(self, state, ids, end):
+        return _compiled_step(state.model, ids, state.keys, state.values, state.key_valid,
+                              state.write_at, state.rope_pos, end, True, state.in_float32)
+
+
+class CudaGraphs(Bucketed):
+    """`decode_step` captured as one CUDA graph per (rows, length bucket) and replayed, as
+    vLLM and sglang do for decoding: a step is one launch instead of a thousand. A graph reads
+    and writes fixed addresses, so the state's tensors must stay views at the same place
+    (`DecodeState.keep` moves rows in place) and the ids go through a static input buffer."""
+
+    name = "cuda-graphs"
+
+    def __init__(self):
+        super().__init__()
+        self.captured: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self.pool = None
+        self.addresses: tuple = ()
+        self.captures = 0  # one per (cache, shape): a new cache is captured anew
+
+    def run(self, state, ids, end):
+        shape = (state.rows, end)
+        addresses = tuple(t.data_ptr() for t in (state.keys, state.values, state.key_valid,
+                                                 state.write_at, state.rope_pos))
+        if addresses != self.addresses:  # a new cache: graphs of the old one read freed memory
+            self.captured.clear()
+            self.addresses = addresses
+        if shape not in self.captured:
+            self.captured[shape] = self.capture(state, ids, end)
+        graph, static_ids, logits = self.captured[shape]
+        static_ids.copy_(ids)
+        graph.replay()
+        return logits
+
+    @property
+    def graphs(self) -> int:
+        return self.captures
+
+    def capture(self, state, ids, end):
+        """Warm up on a side stream (kernels choose their algorithms), then capture, leaving
+        the state as one real step would: the warm-up's writes are undone first."""
+        saved = [t.clone() for t in (state.key_valid, state.write_at, state.rope_pos)]
+        static_ids = ids.clone()
+        args = lambda: (state.model, static_ids, state.keys, state.values, state.key_valid,  # noqa: E731
+                        state.write_at, state.rope_pos, end, True, state.in_float32)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            decode_step(*args())
+        torch.cuda.current_stream().wait_stream(stream)
+        self.restore(state, saved)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            logits = decode_step(*args())
+        self.pool = graph.pool()
+        self.captures += 1
+        self.restore(state, saved)
+        return graph, static_ids, logits
+
+    @staticmethod
+    def restore(state, saved) -> None:
+        for tensor, value in zip((state.key_valid, state.write_at, state.rope_pos), saved):
+            tensor.copy_(value)
+
+
+def compiled_for(device: torch.device):
+    """The compiled stepper for `device`, or None (with one log line) where none can run."""
+    if device.type == "cuda":
+        return CudaGraphs()
+    if device.type != "cpu":
+        print(f"compile: no compiled decode step on {device.type}; decoding eagerly",
+              file=sys.stderr, flush=True)
+        return None
+    return Compiled()
+
+
+def resolve(model, mode: str, batch_size: int, capacity: int, expected_steps: int) -> str:
+    """`off` or `on`: `auto` decided by `compile_pays` for a run of `expected_steps` decode
+    steps of `batch_size` rows over `capacity` positions."""
+    if mode not in MODES:
+        raise ValueError(f"compile must be one of {MODES}, got {mode!r}")
+    if mode == "auto":
+        return "on" if compile_pays(model, batch_size, capacity, expected_steps) else "off"
+    return mode
+
+
+def choose_stepper(model, mode: str, batch_size: int, capacity: int, expected_steps: int):
+    """The stepper for a generation call: `off` eager, `on` compiled where the device has a
+    compiled step (else eager, said once), `auto` as `resolve` decides."""
+    if resolve(model, mode, batch_size, capacity, expected_steps) == "on":
+        return compiled_for(model.device) or Eager()
+    return Eager()
+
+
+def compile_pays(model, batch_size: int, capacity: int, expected_steps: int) -> bool:
+    """Whether `expected_steps` compiled decode steps of `batch_size` rows save more time than
+    compiling their graphs (at most `decode.graph_bound`) costs on this machine.
+
+    First a bound that needs no compiling: if the whole eager decode (its step timed here, on a
+    scratch cache) is shorter than `MIN_COMPILE_SECONDS` a graph, nothing can pay. Otherwise
+    the compile time and both step times are measured once per machine, model shape and dtype
+    (`calibration`, at `MEASURE_ROWS` rows) and weighed.
+    """
+    graphs = graph_bound(batch_size, capacity)
+    eager_ms = calibration.median_ms({"eager": scratch_steps(model, Eager(), batch_size)},
+                                     repeats=5)["eager"]
+    if expected_steps * eager_ms / 1000 <= MIN_COMPILE_SECONDS * graphs:
+        return False
+    cfg = model.cfg
+    name = (f"decode_compile/{model.device.type}/{str(model.dtype).removeprefix('torch.')}/"
+            f"{'packed' if model.packed else 'plain'}/{cfg.num_hidden_layers}x"
+            f"{cfg.hidden_size}x{cfg.intermediate_size}x{cfg.vocab_size}")
+    record = calibration.choose(name, lambda: measure_compile(model))
+    saved_seconds = expected_steps * (record["eager_ms"] - record["compiled_ms"]) / 1000
+    return saved_seconds > record["compile_seconds"] * graphs
+
+
+def measure_compile(model) -> dict:
+    """One graph's compile time and the eager and compiled step times at `MEASURE_ROWS` rows."""
+    stepper = compiled_for(model.device)
+    if stepper is None:
+        return {"choice": False, "compile_seconds": float("inf"), "eager_ms": 0.0,
+                "compiled_ms": 0.0}
+    compiled_step = scratch_steps(model, stepper, MEASURE_ROWS)
+    compiled_step()
+    ms = calibration.median_ms({"eager": scratch_steps(model, Eager(), MEASURE_ROWS),
+                                "compiled": compiled_step}, repeats=7)
+    return {"choice": ms["compiled"] < ms["eager"], "rows": MEASURE_ROWS,
+            "compile_seconds": round(stepper.compile_seconds, 3),
+            "eager_ms": round(ms["eager"], 4), "compiled_ms": round(ms["compiled"], 4)}
+
+
+def scratch_steps(model, stepper, rows: int):
+    """A call that runs one decode step of `rows` rows on a scratch cache of
+    `SMALLEST_LENGTH_BUCKET` positions, each call at the same length."""
+    from .decode import DecodeState  # decode imports nothing from here; this keeps it so
+
+    length = SMALLEST_LENGTH_BUCKET // 2
+    cfg = model.cfg
+    shape = (cfg.num_hidden_layers, rows, cfg.num_key_value_heads, SMALLEST_LENGTH_BUCKET,
+             cfg.head_dim)
+    keys = torch.zeros(shape, dtype=model.dtype, device=model.device)
+    values = torch.zeros_like(keys)
+    key_valid = torch.zeros(rows, SMALLEST_LENGTH_BUCKET, dtype=torch.bool, device=model.device)
+    key_valid[:, :length] = True
+    state = DecodeState(model, keys, values, key_valid, [length] * rows,
+                        torch.full((rows,), length), stepper)
+    ids = [0] * rows
+
+    @torch.inference_mode()
+    def step() -> None:
+        with model.decoding(SMALLEST_LENGTH_BUCKET):
+            state.step(ids)
+            synchronize(model.device)
+        state.write_at -= 1
+        state.rope_pos -= 1
+        state.lengths = [length] * rows
+        state.key_valid[:, length] = False
+    return step
