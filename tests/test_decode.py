@@ -162,11 +162,12 @@ class FakeClock:
         return self.now
 
 
-@pytest.mark.parametrize("steps, expected", [(10, "off"), (2000, "off"), (200_000, "on")])
+@pytest.mark.parametrize("steps, expected", [(10, "off"), (20_000, "off"), (200_000, "on")])
 def test_auto_compiles_only_where_the_run_pays_it_back(monkeypatch, tmp_path, steps, expected):
     """On a fake clock: an eager step 1 ms, a compiled one 0.4 ms, compiling 6 s a graph. A run
-    of 10 steps cannot pay even a free step (no compile is measured); 2000 steps save 1.2 s, not
-    the 3 graphs' 18 s; 200000 steps save 120 s."""
+    of 10 steps (0.01 s of eager decode, under `MIN_COMPILE_SECONDS` for each of its 3 graphs)
+    decides without compiling anything; 20000 steps would save 12 s, not the 3 graphs' 18 s;
+    200000 steps save 120 s."""
     monkeypatch.setenv(calibration.WISDOM_ENV, str(tmp_path / "wisdom.json"))
     monkeypatch.setattr(calibration, "_made", {})
     clock = FakeClock(eager_ms=1.0, compiled_ms=0.4, compile_s=6.0)
@@ -211,3 +212,21 @@ def test_cuda_graphs_give_the_eager_tokens(strategy):
     verdicts = {compare_answer(c, e, m, "float32")
                 for c, e, m in zip(graphed.tokens, eager.tokens, eager.margins)}
     assert verdicts <= {"same", "near-tie"}
+
+
+def test_a_step_that_cannot_compile_runs_eagerly_with_one_log_line(monkeypatch, capsys):
+    """Where compiling fails (no C++ compiler, an op inductor cannot lower), the run goes on
+    eagerly, says so once, and gives the eager tokens."""
+    model = random_model(seed=7)
+    with torch.no_grad():
+        model.lm_head.weight[EOS] *= 2.5
+    prompts = prompts_of([1, 40, 5, 23], seed=2)
+    eager = run(model, prompts, "continuous", 2)
+
+    def cannot(self, state, ids, end):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(compiled.Compiled, "run", cannot)
+    fallen = run(model, prompts, "continuous", 2, compile="on")
+    assert fallen.tokens == eager.tokens and fallen.compiled == "eager"
+    assert capsys.readouterr().err.count("cannot compile the decode step") == 1

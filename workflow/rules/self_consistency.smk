@@ -26,6 +26,7 @@ rule self_consistency:
         gpu=generation_resource("self_consistency", "gpu"),
     params:
         dtype=dtype_of,
+        compile=compile_of,
         prompt_style=prompt_style_of,
         num_samples=SC["num_samples"],
         temperature=SC["temperature"],

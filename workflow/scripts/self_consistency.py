@@ -9,6 +9,7 @@ with log_to(snakemake.log[0]):
         batch_size=int(snakemake.wildcards.batch_size),
         device=snakemake.wildcards.device,
         dtype=snakemake.params.dtype,
+        compile=snakemake.params.compile,
         num_samples=snakemake.params.num_samples,
         temperature=snakemake.params.temperature,
         top_p=snakemake.params.top_p,

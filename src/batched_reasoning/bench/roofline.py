@@ -18,7 +18,9 @@ import torch
 from ..core import machine
 from ..core.devices import synchronize
 from ..core.machine import MachineLimits, measure_machine, product_gflop_s, timed_size
-from ..engine.generation import Greedy
+from ..engine.compiled import Eager
+from ..engine.decode import DecodeState
+from ..engine.generation import Greedy, pick
 from ..engine.kv_cache import KVCache
 from ..model.roofline import bound_seconds, decode_step_work
 
@@ -41,11 +43,13 @@ def kind_of(op: str) -> str:
     return "elementwise"  # norms, RoPE, residual adds, activations, copies into the cache
 
 
-def _decode_steps(model, cache: KVCache, tokens: torch.Tensor, steps: int) -> torch.Tensor:
+def _decode_steps(state: DecodeState, tokens: list[int], steps: int) -> list[int]:
+    """`steps` steps as the generation loop runs them: the static step, then greedy's pick
+    and margin moved to the host."""
     for _ in range(steps):
-        logits = model(tokens, torch.ones_like(tokens, dtype=torch.bool), cache=cache)[:, -1]
-        tokens = Greedy()(logits, [])[:, None]  # the pick of every real greedy step
-    synchronize(model.device)
+        logits = state.step(tokens)
+        tokens = [token for token, _ in pick(Greedy(), logits, [])]
+    synchronize(state.model.device)
     return tokens
 
 
@@ -57,17 +61,21 @@ def profile_decode_step(model, batch: int, context: int, steps: int = 8, seed: i
     the loop's bookkeeping, launching)."""
     generator = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, model.cfg.vocab_size, (batch, context), generator=generator)
-    cache = KVCache.for_model(model, batch, context + 2 * steps + 1)
+    capacity = context + 2 * steps + 1
+    cache = KVCache.for_model(model, batch, capacity)
     prompt = prompt.to(model.device)
-    logits = model(prompt, torch.ones_like(prompt, dtype=torch.bool), cache=cache, last_only=True)
-    tokens = _decode_steps(model, cache, logits[:, -1].argmax(-1, keepdim=True), 1)  # warm-up
-    start = time.perf_counter()
-    tokens = _decode_steps(model, cache, tokens, steps)
-    step_s = (time.perf_counter() - start) / steps
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+    with model.decoding(capacity):
+        logits = model(prompt, torch.ones_like(prompt, dtype=torch.bool), cache=cache,
+                       last_only=True)
+        state = DecodeState.after_batch_prefill(model, cache, Eager())
+        tokens = _decode_steps(state, logits[:, -1].argmax(-1).tolist(), 1)  # warm-up
         start = time.perf_counter()
-        _decode_steps(model, cache, tokens, steps)
-        profiled_s = time.perf_counter() - start
+        tokens = _decode_steps(state, tokens, steps)
+        step_s = (time.perf_counter() - start) / steps
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+            start = time.perf_counter()
+            _decode_steps(state, tokens, steps)
+            profiled_s = time.perf_counter() - start
     kinds = dict.fromkeys(KINDS, 0.0)
     for event in profiler.key_averages():
         kinds[kind_of(event.key)] += event.self_cpu_time_total / 1e6

@@ -21,10 +21,12 @@ MODES = ("off", "auto", "on")
 # Graphs of the decode step one process may trace (`torch._dynamo`'s per-function limit):
 # a few runs' worth of `decode.graph_bound`.
 RECOMPILE_LIMIT = 256
-# No graph of the decode step compiles faster than this, even the toy's 3 layers with inductor's
-# caches warm (about 1 s a graph on a 2-vCPU Xeon): a run whose whole eager decode is shorter
-# cannot pay for compiling, and `auto` then decides without measuring.
-MIN_COMPILE_SECONDS = 0.5
+# What `auto` assumes a graph costs at least before it measures: a run whose whole eager decode
+# is shorter than this a graph is left eager without compiling anything. The toy's 3-layer step
+# took 22 s to compile in a fresh process on a 2-vCPU Xeon (the first measurement on a machine
+# pays inductor's cold caches) and 1-4 s a graph with them warm; below 5 s a graph, compiling
+# is at best a wash, and measuring it would cost the run more than it could save.
+MIN_COMPILE_SECONDS = 5.0
 # Rows at which `auto` times a compiled against an eager step (once per machine and model).
 MEASURE_ROWS = 8
 
@@ -55,6 +57,7 @@ class Bucketed:
     def __init__(self):
         self.shapes: set[tuple[int, int]] = set()
         self.compile_seconds = 0.0
+        self.failed = False  # compiling failed once: the rest of the run is eager
 
     @property
     def graphs(self) -> int:
@@ -79,13 +82,26 @@ class Bucketed:
         return power_of_two_at_least(max(state.lengths) + 1, SMALLEST_LENGTH_BUCKET)
 
     def __call__(self, state, ids: torch.Tensor) -> torch.Tensor:
+        if self.failed:
+            return state.eager_step(ids)
         end = self.length_bucket(state)
         shape = (state.rows, end)
         if shape in self.shapes:
             return self.run(state, ids, end)
         synchronize(state.keys.device)
         start = time.perf_counter()
-        logits = self.run(state, ids, end)
+        saved = [t.clone() for t in (state.key_valid, state.write_at, state.rope_pos)]
+        try:
+            logits = self.run(state, ids, end)
+        except Exception as error:  # noqa: BLE001 - any failure to compile means: run eagerly
+            self.failed = True
+            self.name = "eager"
+            print(f"compile: cannot compile the decode step ({type(error).__name__}: "
+                  f"{str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}); "
+                  "decoding eagerly", file=sys.stderr, flush=True)
+            for tensor, value in zip((state.key_valid, state.write_at, state.rope_pos), saved):
+                tensor.copy_(value)
+            return state.eager_step(ids)
         synchronize(state.keys.device)
         self.compile_seconds += time.perf_counter() - start
         self.shapes.add(shape)
@@ -245,6 +261,9 @@ def measure_compile(model) -> dict:
                 "compiled_ms": 0.0}
     compiled_step = scratch_steps(model, stepper, MEASURE_ROWS)
     compiled_step()
+    if stepper.failed:  # said once already; never again on this machine
+        return {"choice": False, "compile_seconds": float("inf"), "eager_ms": 0.0,
+                "compiled_ms": 0.0, "failed": True}
     ms = calibration.median_ms({"eager": scratch_steps(model, Eager(), MEASURE_ROWS),
                                 "compiled": compiled_step}, repeats=7)
     return {"choice": ms["compiled"] < ms["eager"], "rows": MEASURE_ROWS,

@@ -423,7 +423,6 @@ def generate(
     capacity = max(len(p) for p in prompts) + max_new_tokens
     stepper = choose_stepper(model, compile, batch_size, capacity,
                              expected_steps=-(-len(prompts) // batch_size) * max_new_tokens)
-    result.compiled = stepper.name
     with model.decoding(stepper.capacity(capacity)), tqdm(total=len(prompts), desc=f"{strategy} bs={batch_size}",
                                         disable=not progress, mininterval=5) as bar:
         if strategy == "continuous":
@@ -440,5 +439,6 @@ def generate(
                 )
                 result.batch_rows.append(rows)
                 bar.update(len(rows))
-    result.graphs, result.compile_seconds = stepper.graphs, stepper.compile_seconds
+    result.compiled, result.graphs = stepper.name, stepper.graphs
+    result.compile_seconds = stepper.compile_seconds
     return result

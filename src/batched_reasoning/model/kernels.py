@@ -164,7 +164,8 @@ class Linear(nn.Linear):
         if self.packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         rows = x.numel() // x.shape[-1]
-        if x.device.type != "cpu" or rows not in SMALL_ROW_PRODUCTS:
+        small = SMALL_ROW_PRODUCTS.start <= rows < SMALL_ROW_PRODUCTS.stop  # (traceable)
+        if x.device.type != "cpu" or not small:
             return super().forward(x)
         # contiguous: attention's fused CPU kernel needs it
         out = (self.weight @ x.reshape(rows, -1).T).T.contiguous()

@@ -87,12 +87,15 @@ class Samples:
     prefills: int = 0  # prompts prefilled: a batch's samples of one problem share one prefill
     rounds: list[int] = field(default_factory=list)  # samples generated in each round
     kv_cache_mb: float = 0.0
+    decode_mode: str = "eager"  # how the decode steps ran (`engine.compiled`), and its cost
+    graphs: int = 0
+    compile_seconds: float = 0.0
 
 
 def sample_answers(
     model, tokenizer: TextTokenizer, prompts: list[list[int]], *,
     num_samples: int, strategy: str, batch_size: int, max_new_tokens: int, sampler,
-    early_stop: bool, progress: bool = False,
+    early_stop: bool, progress: bool = False, compile: str = "off",
 ) -> Samples:
     """Generate `num_samples` answers per prompt, batching (problem, sample) pairs together."""
     if num_samples < 1:
@@ -112,6 +115,7 @@ def sample_answers(
             model, [prompts[p] for p, _ in pairs], strategy=strategy, batch_size=batch_size,
             max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
             pad_token_id=tokenizer.pad_token_id, sampler=sampler, keys=pairs, progress=progress,
+            compile=compile,
         )
         for (p, _), tokens in zip(pairs, result.tokens):
             samples.texts[p].append(tokenizer.decode(tokens))
@@ -122,6 +126,9 @@ def sample_answers(
         samples.prefills += result.prefills
         samples.kv_cache_mb = max(samples.kv_cache_mb, result.kv_cache_mb)
         samples.rounds.append(len(pairs))
+        samples.decode_mode = result.compiled
+        samples.graphs = max(samples.graphs, result.graphs)
+        samples.compile_seconds += result.compile_seconds
     return samples
 
 
@@ -152,8 +159,10 @@ def self_consistency(
     strategy: str, batch_size: int, device: str, dtype: str, num_samples: int,
     temperature: float, top_p: float, max_new_tokens: int, prompt_style: str, prompt_suffix: str,
     seed: int, early_stop: bool, limit: int | None, threads: int, params: dict, labels: dict,
+    compile: str = "off",
 ) -> dict:
-    """Sample, vote and grade every problem; write one record per problem plus run metrics."""
+    """Sample, vote and grade every problem; write one record per problem plus run metrics.
+    `compile` is how decode steps run (`engine.compiled`)."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     sampler = make_sampler(temperature, top_p, seed)
@@ -170,7 +179,7 @@ def self_consistency(
         samples = sample_answers(
             model, tokenizer, prompts, num_samples=num_samples, strategy=strategy,
             batch_size=batch_size, max_new_tokens=max_new_tokens, sampler=sampler,
-            early_stop=early_stop, progress=True,
+            early_stop=early_stop, progress=True, compile=compile,
         )
         wall = time.perf_counter() - start
     outputs = [grade_problem(i, r, t) for i, (r, t) in enumerate(zip(records, samples.texts))]
@@ -197,6 +206,8 @@ def self_consistency(
         "peak_memory_mb": memory.peak_mb,
         "memory_measure": memory.measure,
         "kv_cache_mb": samples.kv_cache_mb,
+        "decode_mode": samples.decode_mode, "graphs": samples.graphs,
+        "compile_seconds": samples.compile_seconds,
         "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
         "end_token_ids": list(tokenizer.end_token_ids),
     } | run_info(params, torch_device, __name__)

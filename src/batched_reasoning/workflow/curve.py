@@ -23,7 +23,8 @@ TIMED = ("tokens_per_s", "correct_per_s", "completion_p50_s", "completion_p95_s"
          "completion_p99_s", "service_p50_s", "ttft_p50_s", "tpot_p50_ms", "decode_step_ms",
          "decode_share", "wall_s")
 COMPACT = {"machine": "machine", "model": "model", "device": "device", "threads": "threads",
-           "strategy": "strategy",
+           "strategy": "strategy", "decode": "decode", "graphs": "graphs",
+           "compile_s": "compile s",
            "batch_size": "batch size", "batch_size_from": "chosen by",
            "tokens_per_s": "tokens/s [95%]",
            "completion_p50_s": "p50 latency s", "completion_p99_s": "p99 latency s",
@@ -47,7 +48,10 @@ def points(metrics_paths: list[str], records_paths: list[str]) -> pd.DataFrame:
                    "machine": machine_label(point["machine"]),
                    "strategy": run["strategy"], "batch_size": run["batch_size"],
                    "repeats": run["repeats"], "n_prompts": point["n_prompts"],
-                   "greedy": point["temperature"] == 0}
+                   "greedy": point["temperature"] == 0,
+                   # how decode steps ran (`engine.compiled`); older runs were all eager
+                   "decode": run.get("decode_mode", "eager"), "graphs": run.get("graphs", 0),
+                   "compile_s": run.get("compile_seconds", 0.0)}
             for name in TIMED:
                 summary = run["summaries"][name]
                 row |= {name: summary["median"], f"{name}_lo": summary["low"],
@@ -163,6 +167,8 @@ def compact(table: pd.DataFrame) -> pd.DataFrame:
     for column in ("machine", "model", "device", "threads"):  # one value: said in the notes
         if shown[column].nunique() == 1:
             shown = shown.drop(columns=column)
+    if shown["decode"].fillna("eager").eq("eager").all():  # nothing compiled: no such columns
+        shown = shown.drop(columns=["decode", "graphs", "compile_s"])
     columns = [c for c in COMPACT if c in shown] + (["note"] if "note" in shown else [])
     return shown[columns].rename(columns=COMPACT)
 
