@@ -50,6 +50,21 @@ def tiny_bench_checkpoint(tmp_path_factory):
     return directory
 
 
+@pytest.mark.slow
+def test_compiled_runs_report_their_graphs_and_compile_time(tiny_bench_checkpoint, tmp_path):
+    """`--compile on`: our rows ran compiled, after an untimed run that compiled every shape,
+    and give the same tokens as the sequential run."""
+    d = tiny_bench_checkpoint
+    main(["--checkpoint", str(d / "tiny"), "--prompts", str(d / "problems.jsonl"), "--n-prompts", "4",
+          "--strategies", "sequential,batched_stop", "--batch-sizes", "2",
+          "--max-new-tokens", "6", "--no-eos", "--threads", "1", "--compile", "on",
+          "--csv", str(tmp_path / "out.csv")])
+    table = pd.read_csv(tmp_path / "out.csv")
+    assert set(table.decode_mode) == {"compiled"}
+    assert (table.graphs >= 1).all() and (table.compile_s > 0).all()
+    assert (table.same_as_sequential == 1.0).all()
+
+
 def test_cli_writes_a_row_per_strategy_and_batch_size(tiny_bench_checkpoint, tmp_path):
     d = tiny_bench_checkpoint
     main(["--checkpoint", str(d / "tiny"), "--prompts", str(d / "problems.jsonl"), "--n-prompts", "4",

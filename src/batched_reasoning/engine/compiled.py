@@ -109,7 +109,6 @@ class Bucketed:
 
 
 _compiled_step = None  # `decode_step` under torch.compile, shared by the whole process
-_traced: set[tuple] = set()  # (model, rows, length bucket) already traced in this process
 
 
 class Compiled(Bucketed):
@@ -129,11 +128,13 @@ class Compiled(Bucketed):
                                                    RECOMPILE_LIMIT)
 
     def __call__(self, state, ids: torch.Tensor) -> torch.Tensor:
-        traced = (id(state.model), state.rows, self.length_bucket(state), state.in_float32)
-        if traced in _traced:
-            self.shapes.add(traced[1:3])
+        # the shapes this model's step was traced at, in this process
+        traced = state.model.__dict__.setdefault("_traced_decode_shapes", set())
+        shape = (state.rows, self.length_bucket(state), state.in_float32)
+        if shape in traced:
+            self.shapes.add(shape[:2])
         logits = super().__call__(state, ids)
-        _traced.add(traced)
+        traced.add(shape)
         return logits
 
     def run(self, state, ids, end):
