@@ -271,6 +271,23 @@ def cut_at(ids: list[int], eos_token_id: int | None) -> list[int]:
 BOOK_STRATEGIES = ("batched", "batched_stop")
 
 
+def run_plan(strategies, batch_sizes, book: bool, transformers: bool) -> list[tuple]:
+    """(implementation, strategy, batch size) in the order they run: ours and theirs back to
+    back per batch size, so that load from other processes on a shared machine shifts both
+    sides of a comparison alike; batch sizes ascending, since packing (see
+    `Qwen3.pack_for_inference`) is one-way."""
+    plan = [("ours", "sequential", 1)] if "sequential" in strategies else []
+    for batch_size in sorted(batch_sizes):
+        for strategy in strategies:
+            if strategy != "sequential":
+                plan.append(("ours", strategy, batch_size))
+            if book and strategy in BOOK_STRATEGIES:
+                plan.append(("book", strategy, batch_size))
+        if transformers:
+            plan.append(("transformers", "generate", batch_size))
+    return plan
+
+
 def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_token_id,
               pad_token_id, book: bool, transformers_model=None,
               answer_lengths: list[int] | None = None, compile: str = "off") -> pd.DataFrame:
@@ -284,17 +301,7 @@ def benchmark(model, prompts, *, strategies, batch_sizes, max_new_tokens, eos_to
         if eos_token_id is None:
             raise ValueError("answer lengths end rows with the end token: give eos_token_id")
         max_new_tokens = max(answer_lengths) + 1
-    # Ours and theirs run back to back per batch size, so that load from other processes on a
-    # shared machine shifts both sides of a comparison alike.
-    plan = [("ours", "sequential", 1)] if "sequential" in strategies else []
-    for batch_size in sorted(batch_sizes):  # packing (see Qwen3.pack_for_inference) is one-way
-        for strategy in strategies:
-            if strategy != "sequential":
-                plan.append(("ours", strategy, batch_size))
-            if book and strategy in BOOK_STRATEGIES:
-                plan.append(("book", strategy, batch_size))
-        if transformers_model is not None:
-            plan.append(("transformers", "generate", batch_size))
+    plan = run_plan(strategies, batch_sizes, book, transformers_model is not None)
     if book:
         book_model = to_book_model(model)
     args = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
@@ -366,7 +373,7 @@ def add_comparisons(table: pd.DataFrame, outputs: dict) -> pd.DataFrame:
     return table
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m batched_reasoning.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", help="model directory (config.json, tokenizer.json, safetensors)")
@@ -411,6 +418,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the table; the decode-step table goes beside it as NAME-decode.csv "
                              "and llama.cpp's as NAME-llama.csv")
     parser.add_argument("--json", help="also write rows and provenance as JSON")
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The arguments, each combination that cannot run refused with its reason."""
+    parser = make_parser()
     args = parser.parse_args(argv)
     if args.make_checkpoint and not args.tokenizer:
         parser.error("--make-checkpoint needs --tokenizer")
@@ -446,6 +459,38 @@ def beside(csv: str, part: str) -> Path:
     return path.with_name(f"{path.stem}-{part}{path.suffix}")
 
 
+def llama_peer(args, table, steps, lengths, answer_lengths, peer_version) -> pd.DataFrame:
+    """llama.cpp's llama-batched-bench on the same shape of work, beside our rows."""
+    new_tokens = (sum(answer_lengths) / len(answer_lengths) if answer_lengths
+                  else args.max_new_tokens)
+    peer = llama_cpp.batched_bench(
+        args.llama_batched_bench, args.gguf, prompt_tokens=round(sum(lengths) / len(lengths)),
+        new_tokens=round(new_tokens), batch_sizes=[int(b) for b in args.batch_sizes.split(",")],
+        threads=torch.get_num_threads())
+    peer = llama_cpp.compare(table, steps, peer)
+    print(f"\nllama.cpp ({peer_version}), llama-batched-bench "
+          f"on {args.gguf}: batches of {peer.prompt_tokens.iloc[0]}-token prompts and "
+          f"{peer.new_tokens.iloc[0]} new tokens each, decoded in lock step; ours: the decode "
+          "step above and the best strategy's tokens/s on our prompts:")
+    print(peer.drop(columns=["implementation"]).to_markdown(index=False, floatfmt=".3g"))
+    return peer
+
+
+def workload(args, tokenizer, vocab_size: int, device) -> tuple[list, list[int] | None]:
+    """The prompts (each `--samples` times) and, with `--answer-lengths`, each answer's length."""
+    prompts = load_prompts(args.prompts, args.n_prompts, tokenizer, args.prompt_style,
+                           vocab_size, args.seed)
+    prompts = [prompt for prompt in prompts for _ in range(args.samples)]
+    lengths = [len(p) for p in prompts]
+    print(f"{len(prompts)} prompts ({args.samples} per problem), {min(lengths)}-{max(lengths)} "
+          f"tokens (mean {sum(lengths) / len(lengths):.0f}); {device_name(device)}", flush=True)
+    answer_lengths = None
+    if args.answer_lengths:
+        answer_lengths = draw_answer_lengths(len(prompts), *args.answer_lengths, seed=args.seed)
+        print(f"answers of {sum(answer_lengths)} tokens in all: {answer_lengths}", flush=True)
+    return prompts, answer_lengths
+
+
 def main(argv=None) -> pd.DataFrame | None:
     args = parse_args(argv)
     if args.cpu_class and args.cpu_class != current_cpu_class():
@@ -467,16 +512,8 @@ def main(argv=None) -> pd.DataFrame | None:
           f"{limits.matmul_gflop_s:.0f} GFLOP/s ({limits.matmul_dtype})", flush=True)
     tokenizer = TextTokenizer.from_model_dir(args.checkpoint, args.prompt_style)
     model = load_model(args.checkpoint, dtype=args.dtype, device=device)
-    prompts = load_prompts(args.prompts, args.n_prompts, tokenizer, args.prompt_style,
-                           model.cfg.vocab_size, args.seed)
-    prompts = [prompt for prompt in prompts for _ in range(args.samples)]
+    prompts, answer_lengths = workload(args, tokenizer, model.cfg.vocab_size, device)
     lengths = [len(p) for p in prompts]
-    print(f"{len(prompts)} prompts ({args.samples} per problem), {min(lengths)}-{max(lengths)} "
-          f"tokens (mean {sum(lengths) / len(lengths):.0f}); {device_name(device)}", flush=True)
-    answer_lengths = None
-    if args.answer_lengths:
-        answer_lengths = draw_answer_lengths(len(prompts), *args.answer_lengths, seed=args.seed)
-        print(f"answers of {sum(answer_lengths)} tokens in all: {answer_lengths}", flush=True)
     table = benchmark(
         model, prompts, strategies=args.strategies.split(","),
         batch_sizes=[int(b) for b in args.batch_sizes.split(",")],
@@ -484,9 +521,7 @@ def main(argv=None) -> pd.DataFrame | None:
         transformers_model=load_transformers(args.checkpoint, args.dtype, device)
         if args.transformers else None,
         eos_token_id=None if args.no_eos else tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, answer_lengths=answer_lengths,
-        compile=args.compile,
-    )
+        pad_token_id=tokenizer.pad_token_id, answer_lengths=answer_lengths, compile=args.compile)
     table = table.assign(dtype=args.dtype, cpu_class=current_cpu_class(),
                          cpu_capability=torch.backends.cpu.get_cpu_capability())
     print(table.to_markdown(index=False, floatfmt=".3g"))
@@ -501,40 +536,36 @@ def main(argv=None) -> pd.DataFrame | None:
     peer = peer_version = None
     if args.llama_batched_bench:
         peer_version = llama_cpp.version(args.llama_batched_bench)
-        new_tokens = (sum(answer_lengths) / len(answer_lengths) if answer_lengths
-                      else args.max_new_tokens)
-        peer = llama_cpp.batched_bench(
-            args.llama_batched_bench, args.gguf, prompt_tokens=round(sum(lengths) / len(lengths)),
-            new_tokens=round(new_tokens), batch_sizes=[int(b) for b in args.batch_sizes.split(",")],
-            threads=torch.get_num_threads())
-        peer = llama_cpp.compare(table, steps, peer)
-        print(f"\nllama.cpp ({peer_version}), llama-batched-bench "
-              f"on {args.gguf}: batches of {peer.prompt_tokens.iloc[0]}-token prompts and "
-              f"{peer.new_tokens.iloc[0]} new tokens each, decoded in lock step; ours: the decode "
-              "step above and the best strategy's tokens/s on our prompts:")
-        print(peer.drop(columns=["implementation"]).to_markdown(index=False, floatfmt=".3g"))
+        peer = llama_peer(args, table, steps, lengths, answer_lengths, peer_version)
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.csv, index=False)
     steps.to_csv(beside(args.csv, "decode"), index=False)
     if peer is not None:
         peer.to_csv(beside(args.csv, "llama"), index=False)
     if args.json:
-        packages = package_versions()
-        for name, used in (("transformers", args.transformers), ("reasoning-from-scratch", args.book)):
-            if used:
-                packages[name] = metadata.version(name)
-        write_json({"args": vars(args), "device": device.type, "device_name": device_name(device),
-                    "cpu_class": current_cpu_class(),
-                    "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                    "kernel_choices": choices_made(),  # as timed on this machine (`calibration`)
-                    "code_hash": library_hash, "packages": packages,
-                    "prompt_lengths": lengths, "answer_lengths": answer_lengths,
-                    "machine": limits.as_dict(), "rows": table.to_dict(orient="records"),
-                    "decode_steps": steps.to_dict(orient="records"),
-                    "llama_cpp": None if peer is None else {
-                        "version": peer_version,
-                        "rows": peer.to_dict(orient="records")}}, args.json)
+        write_json(provenance(args, device, library_hash, lengths, answer_lengths, limits)
+                   | {"rows": table.to_dict(orient="records"),
+                      "decode_steps": steps.to_dict(orient="records"),
+                      "llama_cpp": None if peer is None else {
+                          "version": peer_version, "rows": peer.to_dict(orient="records")}},
+                   args.json)
     return table
+
+
+def provenance(args, device, library_hash, lengths, answer_lengths, limits) -> dict:
+    """What a bench run's JSON records besides its tables: arguments, machine, code, packages
+    (the peers' too), kernel choices and the workload's lengths."""
+    packages = package_versions()
+    for name, used in (("transformers", args.transformers), ("reasoning-from-scratch", args.book)):
+        if used:
+            packages[name] = metadata.version(name)
+    return {"args": vars(args), "device": device.type, "device_name": device_name(device),
+            "cpu_class": current_cpu_class(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "kernel_choices": choices_made(),  # as timed on this machine (`calibration`)
+            "code_hash": library_hash, "packages": packages,
+            "prompt_lengths": lengths, "answer_lengths": answer_lengths,
+            "machine": limits.as_dict()}
 
 
 if __name__ == "__main__":

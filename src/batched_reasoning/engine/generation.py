@@ -66,6 +66,14 @@ class GenerationResult:
     graphs: int = 0
     compile_seconds: float = 0.0
 
+    @classmethod
+    def empty(cls, prompts: int) -> GenerationResult:
+        """A result for `prompts` prompts, all submitted now."""
+        return cls(tokens=[[] for _ in range(prompts)], latency=[0.0] * prompts,
+                   stop_tokens=[None] * prompts, margins=[[] for _ in range(prompts)],
+                   started_at=time.perf_counter(), first_token_at=[0.0] * prompts,
+                   finished_at=[0.0] * prompts)
+
     @property
     def completion(self) -> list[float]:
         """Seconds from submission until each answer was done."""
@@ -145,6 +153,18 @@ def take_token(result: GenerationResult, index: int, picked: tuple[int, float | 
     return done
 
 
+def check_request(model, prompts: Sequence[Sequence[int]], strategy: str, batch_size: int,
+                  max_new_tokens: int, order: Sequence[int] | None) -> None:
+    """A clear error for every request `generate` cannot run, before any work."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
+    check_prompts(model, prompts, max_new_tokens)
+    if order is not None and sorted(order) != list(range(len(prompts))):
+        raise ValueError("generate: `order` must be a permutation of the prompt indices")
+    if batch_size < 1:
+        raise ValueError(f"generate: batch_size must be >= 1, got {batch_size}")
+
+
 def check_prompts(model, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> None:
     if not prompts:
         raise ValueError("generate: no prompts given")
@@ -214,39 +234,53 @@ def prefill_batch(model, cache: KVCache, prompts: list[Sequence[int]], pad_token
     return torch.cat(logits) if len(logits) > 1 else logits[0]
 
 
-@torch.inference_mode()
-def generate_batch(
-    model,
-    prompts: Sequence[Sequence[int]],
-    rows: Sequence[int],
-    max_new_tokens: int,
-    end_tokens: tuple[int, ...],
-    pad_token_id: int,
-    sampler,
-    drop_finished: bool,
-    result: GenerationResult,
-    stepper,
-) -> None:
-    """Generate for one batch; write tokens and latencies of prompt indices `rows` into `result`.
+@dataclass
+class Call:
+    """What every batch of one `generate` call shares."""
 
-    Rows that repeat a prompt share its prefill: it runs once, and its keys/values are copied
-    into each repeat's row. Finished rows that stay in the batch (`batched`) are fed the first
-    end token as a placeholder; their outputs are never read.
-    """
-    ends = frozenset(end_tokens)
-    device = model.device
-    prefill_call_cost(model)  # timed once per machine, before this call's clock starts
-    start = time.perf_counter()
+    model: object
+    prompts: Sequence[Sequence[int]]
+    max_new_tokens: int
+    end_tokens: tuple[int, ...]
+    pad_token_id: int
+    sampler: object
+    result: GenerationResult
+    stepper: object  # `compiled.Eager` or a compiled stepper
+
+    def take(self, index: int, picked: tuple[int, float | None], now: float) -> bool:
+        """`take_token` for prompt `index`: whether its answer is now complete."""
+        return take_token(self.result, index, picked, frozenset(self.end_tokens),
+                          self.max_new_tokens, now)
+
+
+def prefill_rows(call: Call, rows: Sequence[int]) -> tuple[list[int], DecodeState, torch.Tensor]:
+    """Prefill one batch's prompts (a prompt repeated in several rows once, its keys/values
+    then copied into each repeat's row): the rows in cache order, the decode state and the
+    first logits of every row."""
+    model, prompts, result = call.model, call.prompts, call.result
     rows, sources = share_prompts(prompts, rows)
     distinct = max(sources) + 1
     width = max(len(prompts[r]) for r in rows)
-    cache = KVCache.for_model(model, len(rows), stepper.capacity(width + max_new_tokens))
+    cache = KVCache.for_model(model, len(rows), call.stepper.capacity(width + call.max_new_tokens))
     result.kv_cache_mb = max(result.kv_cache_mb, cache.megabytes)
-    logits = prefill_batch(model, cache, [prompts[r] for r in rows[:distinct]], pad_token_id)
+    logits = prefill_batch(model, cache, [prompts[r] for r in rows[:distinct]], call.pad_token_id)
     if distinct < len(rows):
         cache.share_rows(sources)
         logits = logits[sources]
     result.prefills += distinct
+    return rows, DecodeState.after_batch_prefill(model, cache, call.stepper), logits
+
+
+@torch.inference_mode()
+def generate_batch(call: Call, rows: Sequence[int], drop_finished: bool) -> None:
+    """Generate for one batch; write tokens and latencies of prompt indices `rows` into the
+    call's result. Finished rows that stay in the batch (`batched`, or until a compiled
+    stepper's batch bucket) are fed the pad token as a placeholder; their outputs are never
+    read."""
+    result, device = call.result, call.model.device
+    prefill_call_cost(call.model)  # timed once per machine, before this call's clock starts
+    start = time.perf_counter()
+    rows, state, logits = prefill_rows(call, rows)
     synchronize(device)
     prefill_end = time.perf_counter()
     result.prefill_seconds += prefill_end - start
@@ -254,26 +288,25 @@ def generate_batch(
     outputs = [result.tokens[r] for r in rows]
     done = [False] * len(rows)
     in_batch = list(range(len(rows)))  # batch positions in the compute batch, in cache order
-    state = DecodeState.after_batch_prefill(model, cache, stepper)
     while True:
         live = [j for j, b in enumerate(in_batch) if not done[b]]
         live_logits = logits if len(live) == len(in_batch) else logits[live]
-        picked = pick(sampler, live_logits, [rows[in_batch[j]] for j in live])
+        picked = pick(call.sampler, live_logits, [rows[in_batch[j]] for j in live])
         now = time.perf_counter()
         for j, token in zip(live, picked):
             b = in_batch[j]
-            done[b] = take_token(result, rows[b], token, ends, max_new_tokens, now)
+            done[b] = call.take(rows[b], token, now)
             if done[b]:
                 result.latency[rows[b]] = now - start
         if all(done):
             break
         if drop_finished:
             live = [j for j, b in enumerate(in_batch) if not done[b]]
-            keep = stepper.rows_to_keep(live, len(in_batch))
+            keep = call.stepper.rows_to_keep(live, len(in_batch))
             if len(keep) < len(in_batch):
                 state.keep(keep)
                 in_batch = [in_batch[j] for j in keep]
-        logits = state.step([pad_token_id if done[b] else outputs[b][-1] for b in in_batch])
+        logits = state.step([call.pad_token_id if done[b] else outputs[b][-1] for b in in_batch])
         result.decode_steps += 1
     synchronize(device)
     result.decode_seconds += time.perf_counter() - prefill_end
@@ -302,74 +335,63 @@ def prefill_slots(model, cache: SlotCache, entering: dict[int, Request],
     return len(rows)
 
 
+def admit(call: Call, scheduler: SlotScheduler, cache: SlotCache, state: DecodeState) -> None:
+    """Waiting requests take the free slots: their prefixes are prefilled into them (or copied
+    from a slot that holds the same prefix), and the decode state learns their lengths."""
+    held = {request.prefix: row for row, request in enumerate(scheduler.slots)
+            if request is not None}
+    entering = scheduler.admit(time.perf_counter())
+    call.result.prefills += prefill_slots(call.model, cache, entering, held, call.pad_token_id)
+    for row, request in entering.items():
+        state.refill(row, len(request.prefix))
+
+
 @torch.inference_mode()
-def generate_continuous(
-    model,
-    prompts: Sequence[Sequence[int]],
-    order: Sequence[int],
-    batch_size: int,
-    max_new_tokens: int,
-    end_tokens: tuple[int, ...],
-    pad_token_id: int,
-    sampler,
-    result: GenerationResult,
-    bar: tqdm,
-    stepper,
-) -> None:
-    """Continuous batching over `batch_size` slots; write tokens and latencies into `result`.
+def generate_continuous(call: Call, order: Sequence[int], batch_size: int, bar: tqdm) -> None:
+    """Continuous batching over `batch_size` slots; write tokens and latencies into the call's
+    result.
 
     The scheduler (`SlotScheduler`) decides which request holds which slot; this loop runs
     the model and the sampler for it. Each step decodes one token for every slot together and
     samples them with one host sync. When requests finish, waiting ones take their slots before
-    the next step (`prefill_slots`); each slot has its own length (`SlotCache`). A prompt's
-    last token is its request's input to the next decode step, whose logits give the first
-    new token. A prompt's latency runs from the start of its prefill.
+    the next step (`admit`); each slot has its own length. A prompt's last token is its
+    request's input to the next decode step, whose logits give the first new token. A prompt's
+    latency runs from the start of its prefill.
     """
-    device = model.device
-    ends = frozenset(end_tokens)
-    capacity = max(len(p) for p in prompts) + max_new_tokens
-    scheduler = SlotScheduler([Request(index, tuple(prompts[index])) for index in order],
+    model, result, device = call.model, call.result, call.model.device
+    capacity = max(len(p) for p in call.prompts) + call.max_new_tokens
+    scheduler = SlotScheduler([Request(index, tuple(call.prompts[index])) for index in order],
                               batch_size)
     prefill_call_cost(model)  # timed once per machine, before this call's clock starts
-    cache = SlotCache.for_model(model, len(scheduler.slots), stepper.capacity(capacity))
-    state = DecodeState.empty_slots(model, cache, stepper)
-    call_start = time.perf_counter()
-    prefill_seconds = 0.0
+    cache = SlotCache.for_model(model, len(scheduler.slots), call.stepper.capacity(capacity))
+    state = DecodeState.empty_slots(model, cache, call.stepper)
+    call_start, prefill_seconds = time.perf_counter(), 0.0
     result.kv_cache_mb = cache.megabytes
-
     while scheduler.slots:
         if scheduler.has_free_slot() and scheduler.waiting:
             synchronize(device)
             prefill_start = time.perf_counter()
-            held = {request.prefix: row for row, request in enumerate(scheduler.slots)
-                    if request is not None}
-            entering = scheduler.admit(prefill_start)
-            result.prefills += prefill_slots(model, cache, entering, held, pad_token_id)
-            for row, request in entering.items():
-                state.refill(row, len(request.prefix))
+            admit(call, scheduler, cache, state)
             synchronize(device)
             prefill_seconds += time.perf_counter() - prefill_start
-
-        logits = state.step([r.next_input if r else pad_token_id for r in scheduler.slots])
+        logits = state.step([r.next_input if r else call.pad_token_id for r in scheduler.slots])
         result.decode_steps += 1
         live = [row for row, request in enumerate(scheduler.slots) if request is not None]
-        picked = pick(sampler, logits if len(live) == state.rows else logits[live],
+        picked = pick(call.sampler, logits if len(live) == state.rows else logits[live],
                       [scheduler.slots[row].index for row in live])
         now = time.perf_counter()
         for row, token in zip(live, picked):
             request = scheduler.slots[row]
             request.next_input = token[0]
-            if take_token(result, request.index, token, ends, max_new_tokens, now):
+            if call.take(request.index, token, now):
                 result.latency[request.index] = now - request.admitted_at
                 scheduler.release(row)
                 bar.update(1)
-
-        keep = stepper.rows_to_keep(scheduler.rows_to_keep(), state.rows)
+        keep = call.stepper.rows_to_keep(scheduler.rows_to_keep(), state.rows)
         if len(keep) < state.rows:
             scheduler.keep(keep)
             if keep:
                 state.keep(keep)
-                cache.keys, cache.values = state.keys, state.values
     synchronize(device)
     result.prefill_seconds += prefill_seconds
     result.decode_seconds += time.perf_counter() - call_start - prefill_seconds
@@ -401,42 +423,27 @@ def generate(
     `compile` (`off`, `auto`, `on`) runs the decode steps compiled (`compiled`); `auto` does
     where this run's decode steps pay back the compile time measured on this machine.
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
-    check_prompts(model, prompts, max_new_tokens)
+    check_request(model, prompts, strategy, batch_size, max_new_tokens, order)
     sampler = sampler or Greedy()
     sampler.start(keys or [(i,) for i in range(len(prompts))], model.device)
     order = list(order) if order is not None else list(range(len(prompts)))
-    if sorted(order) != list(range(len(prompts))):
-        raise ValueError("generate: `order` must be a permutation of the prompt indices")
-    if batch_size < 1:
-        raise ValueError(f"generate: batch_size must be >= 1, got {batch_size}")
-    if strategy == "sequential":
-        batch_size = 1
+    batch_size = 1 if strategy == "sequential" else batch_size
     end_tokens = (() if eos_token_id is None
                   else (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id))
-    result = GenerationResult(tokens=[[] for _ in prompts], latency=[0.0] * len(prompts),
-                              stop_tokens=[None] * len(prompts), margins=[[] for _ in prompts],
-                              started_at=time.perf_counter(),
-                              first_token_at=[0.0] * len(prompts),
-                              finished_at=[0.0] * len(prompts))
+    result = GenerationResult.empty(len(prompts))
     capacity = max(len(p) for p in prompts) + max_new_tokens
     stepper = choose_stepper(model, compile, batch_size, capacity,
                              expected_steps=-(-len(prompts) // batch_size) * max_new_tokens)
-    with model.decoding(stepper.capacity(capacity)), tqdm(total=len(prompts), desc=f"{strategy} bs={batch_size}",
-                                        disable=not progress, mininterval=5) as bar:
+    call = Call(model, prompts, max_new_tokens, end_tokens, pad_token_id, sampler, result, stepper)
+    with model.decoding(stepper.capacity(capacity)), tqdm(
+            total=len(prompts), desc=f"{strategy} bs={batch_size}", disable=not progress,
+            mininterval=5) as bar:
         if strategy == "continuous":
-            generate_continuous(
-                model, prompts, order, batch_size, max_new_tokens, end_tokens, pad_token_id,
-                sampler, result, bar, stepper,
-            )
+            generate_continuous(call, order, batch_size, bar)
             result.batch_rows.append(order)
         else:
             for rows in batches(order, batch_size):
-                generate_batch(
-                    model, prompts, rows, max_new_tokens, end_tokens, pad_token_id, sampler,
-                    drop_finished=strategy == "batched_stop", result=result, stepper=stepper,
-                )
+                generate_batch(call, rows, drop_finished=strategy == "batched_stop")
                 result.batch_rows.append(rows)
                 bar.update(len(rows))
     result.compiled, result.graphs = stepper.name, stepper.graphs

@@ -19,6 +19,23 @@ from ..core.provenance import run_info
 from .tokenization import load_batches
 
 
+def graded(records: list[dict], result, tokenizer: TextTokenizer) -> list[dict]:
+    """One output record per problem: its answer, the answer extracted and graded, its greedy
+    margins and latency."""
+    outputs = []
+    for index, (record, tokens) in enumerate(zip(records, result.tokens)):
+        text = tokenizer.decode(tokens)
+        extracted = extract_answer(text)
+        outputs.append({
+            "index": index, "problem": record["problem"], "gtruth_answer": record["answer"],
+            "level": record.get("level"), "generated_text": text, "generated_ids": tokens,
+            "margins": result.margins[index],
+            "extracted": extracted, "correct": is_correct(extracted, record["answer"]),
+            "latency_seconds": result.latency[index],
+        })
+    return outputs
+
+
 def evaluate(
     model_dir: str, batches_path: str, records_path: str, stats_path: str,
     out_records: str, out_metrics: str, *,
@@ -43,17 +60,7 @@ def evaluate(
             pad_token_id=tokenizer.pad_token_id, progress=True, compile=compile,
         )
         wall = time.perf_counter() - start
-    outputs = []
-    for index, (record, tokens) in enumerate(zip(records, result.tokens)):
-        text = tokenizer.decode(tokens)
-        extracted = extract_answer(text)
-        outputs.append({
-            "index": index, "problem": record["problem"], "gtruth_answer": record["answer"],
-            "level": record.get("level"), "generated_text": text, "generated_ids": tokens,
-            "margins": result.margins[index],
-            "extracted": extracted, "correct": is_correct(extracted, record["answer"]),
-            "latency_seconds": result.latency[index],
-        })
+    outputs = graded(records, result, tokenizer)
     write_jsonl(outputs, out_records)
     metrics = labels | {
         "n_problems": len(outputs),

@@ -82,6 +82,26 @@ def pretraining_examples(records: list[dict], tokenizer: TextTokenizer, worked_s
     return examples
 
 
+class EpochBatches:
+    """The examples step k trains on: each epoch shuffles them into batches anew
+    (`epoch_batches`), made when the epoch's first step asks."""
+
+    def __init__(self, examples: list, batch_size: int, seed: int):
+        self.examples, self.batch_size, self.seed = examples, batch_size, seed
+        self.lengths = [len(e.ids) for e in examples]
+        self.steps_per_epoch = math.ceil(len(examples) / batch_size)
+        self.epoch, self.groups = None, []
+
+    def __call__(self, step: int) -> list:
+        epoch, offset = divmod(step, self.steps_per_epoch)
+        if epoch != self.epoch:
+            # Not sorted by length: batches of only short (bare) or only long (worked) answers
+            # made the toy fail to learn the habits' mix (tried: 0.27 accuracy).
+            self.epoch = epoch
+            self.groups = epoch_batches(self.lengths, self.batch_size, self.seed, epoch, False)
+        return [self.examples[i] for i in self.groups[offset]]
+
+
 def pretrain(init_dir: str, train_path: str, files: TrainingFiles, settings: PretrainSettings,
              params: dict) -> None:
     """Train `init_dir`'s model on `train_path` for `settings.steps` steps; write the model, its
@@ -96,9 +116,7 @@ def pretrain(init_dir: str, train_path: str, files: TrainingFiles, settings: Pre
     if len(examples) < settings.batch_size:
         raise ValueError(f"{train_path}: {len(examples)} examples < batch_size "
                          f"{settings.batch_size}")
-    lengths = [len(e.ids) for e in examples]
-    steps_per_epoch = math.ceil(len(examples) / settings.batch_size)
-    epoch_groups = {}
+    batch_of = EpochBatches(examples, settings.batch_size, settings.seed)
 
     def make_optimizer(model):
         return torch.optim.AdamW(model.parameters(), lr=settings.lr,
@@ -109,16 +127,9 @@ def pretrain(init_dir: str, train_path: str, files: TrainingFiles, settings: Pre
             tick = time.perf_counter()
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, settings.steps, settings.lr, settings.warmup)
-            epoch, offset = divmod(step, steps_per_epoch)
-            if epoch not in epoch_groups:
-                # Not sorted by length: batches of only short (bare) or only long (worked)
-                # answers made the toy fail to learn the habits' mix (tried: 0.27 accuracy).
-                epoch_groups.clear()
-                epoch_groups[epoch] = epoch_batches(lengths, settings.batch_size, settings.seed,
-                                                    epoch, False)
-            chosen = [examples[i] for i in epoch_groups[epoch][offset]]
             # packed: the batch's short and long answers computed without padding between them
-            input_ids, segment_ids, loss_mask = pack(chosen, tokenizer.pad_token_id, torch_device)
+            input_ids, segment_ids, loss_mask = pack(batch_of(step), tokenizer.pad_token_id,
+                                                     torch_device)
             loss = packed_token_mean_nll(model, input_ids, segment_ids, loss_mask)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
