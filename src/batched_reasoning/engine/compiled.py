@@ -15,7 +15,8 @@ import torch
 
 from ..core import calibration
 from ..core.devices import synchronize
-from .decode import SMALLEST_LENGTH_BUCKET, decode_step, graph_bound, power_of_two_at_least
+from .decode import (SMALLEST_LENGTH_BUCKET, DecodeState, decode_step, graph_bound,
+                     power_of_two_at_least)
 
 MODES = ("off", "auto", "on")
 # Graphs of the decode step one process may trace (`torch._dynamo`'s per-function limit):
@@ -275,8 +276,6 @@ def measure_compile(model) -> dict:
 def scratch_steps(model, stepper, rows: int):
     """A call that runs one decode step of `rows` rows on a scratch cache of
     `SMALLEST_LENGTH_BUCKET` positions, each call at the same length."""
-    from .decode import DecodeState  # decode imports nothing from here; this keeps it so
-
     length = SMALLEST_LENGTH_BUCKET // 2
     cfg = model.cfg
     shape = (cfg.num_hidden_layers, rows, cfg.num_key_value_heads, SMALLEST_LENGTH_BUCKET,

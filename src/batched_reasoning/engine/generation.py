@@ -247,10 +247,12 @@ class Call:
     result: GenerationResult
     stepper: object  # `compiled.Eager` or a compiled stepper
 
+    def __post_init__(self):
+        self.ends = frozenset(self.end_tokens)  # looked up for every picked token
+
     def take(self, index: int, picked: tuple[int, float | None], now: float) -> bool:
         """`take_token` for prompt `index`: whether its answer is now complete."""
-        return take_token(self.result, index, picked, frozenset(self.end_tokens),
-                          self.max_new_tokens, now)
+        return take_token(self.result, index, picked, self.ends, self.max_new_tokens, now)
 
 
 def prefill_rows(call: Call, rows: Sequence[int]) -> tuple[list[int], DecodeState, torch.Tensor]:

@@ -127,10 +127,12 @@ def time_strategy(work: Workload, strategy: str, size: int, repeats: Repeats, de
         results.append(result)
         return numbers
 
-    # A compiled warm-up runs the whole workload: every shape is traced before the clock runs.
-    warm_up = lambda: warm_ups.append(  # noqa: E731
-        work.generate(strategy, size, everything if mode == "on" else size, mode))
     warm_ups = []
+
+    def warm_up() -> None:
+        # A compiled warm-up runs the whole workload: every shape is traced before the clock runs.
+        warm_ups.append(work.generate(strategy, size, everything if mode == "on" else size, mode))
+
     with PeakMemory(device) as memory:
         summaries, samples = repeat(run, repeats, WATCHED, warm_up=warm_up)
     first = results[0]
