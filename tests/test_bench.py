@@ -92,6 +92,7 @@ def test_cli_writes_a_row_per_strategy_and_batch_size(tiny_bench_checkpoint, tmp
     assert provenance["machine"]["read_gb_s"] > 0 and len(provenance["decode_steps"]) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                     reason="the CPU classes cap x86 instruction sets")
 def test_cli_runs_as_the_cpu_class_asked_for_and_records_it(tiny_bench_checkpoint, tmp_path):
@@ -107,6 +108,7 @@ def test_cli_runs_as_the_cpu_class_asked_for_and_records_it(tiny_bench_checkpoin
     assert main(args).cpu_class.tolist() == [current_cpu_class()]
 
 
+@pytest.mark.slow
 def test_cli_forced_answer_lengths_against_book_and_transformers(tiny_bench_checkpoint, tmp_path):
     pytest.importorskip("transformers")
     pytest.importorskip("reasoning_from_scratch.qwen3_batched")

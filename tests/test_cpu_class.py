@@ -58,6 +58,7 @@ def kernels_of(env: dict) -> tuple[str, str]:
     return out.strip().splitlines()[-1], isa
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not X86, reason="the classes cap x86 instruction sets")
 @pytest.mark.parametrize("name", [name for name in CPU_CLASSES if name != "native"])
 def test_equivalence_tests_pass_as_each_cpu_class(name):

@@ -26,7 +26,7 @@ def _slurm_available() -> bool:
         return False
 
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # sbatch round trips
 
 
 @pytest.fixture(autouse=True)

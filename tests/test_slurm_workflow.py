@@ -9,6 +9,7 @@ import yaml
 from workflow_helpers import SNAKEMAKE, TINY_CONFIG, copy_workflow, snakemake
 
 pytest.importorskip("snakemake_executor_plugin_slurm")
+pytestmark = pytest.mark.slow  # Snakemake runs (dry ones too: ~10 s each)
 
 
 def dry_run_resources(workdir):
