@@ -15,6 +15,8 @@ python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && pi
 snakemake
 snakemake --cores all
 snakemake -n
+snakemake -n results/tables/evaluate.tsv
+snakemake --summary
 snakemake --report results/report.zip
 snakemake --touch
 snakemake --cleanup-metadata results/tables/story.md

@@ -11,9 +11,8 @@ from batched_reasoning.workflow import autotune
 from batched_reasoning.workflow.autotune import Trial, choose, run_probe
 from batched_reasoning.model.checkpoint import save_model
 from batched_reasoning.core.io import write_jsonl
-from batched_reasoning.world.toy import training_text
 from batched_reasoning.world.arith import make_arith
-from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
+from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer, training_text
 
 BUDGET = 10_000.0
 
@@ -135,6 +134,7 @@ def probe_here(stage_files, stage, budget, **settings):
         params={"seed": 0}, labels={"model": "random", "dataset": "arith", "device": "cpu"})
 
 
+@pytest.mark.slow
 def test_a_real_probe_measures_each_size_in_its_own_process_and_records_it(stage_files):
     record = probe_here(stage_files, "self_consistency", None, limit=3)
     sizes = [t["batch_size"] for t in record["trials"]]

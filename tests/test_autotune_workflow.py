@@ -79,3 +79,17 @@ def test_a_budget_no_size_fits_stops_with_the_setting_to_change(workdir):
     assert "no batch size fits the 100 MB memory budget" in log
     assert "raise memory_budget_mb" in log
     assert not (workdir / PROBE).exists()
+
+
+def test_auto_asked_of_a_finished_table_probes_and_rebuilds_it(workdir):
+    """Issue 43: a finished run without `auto`, then `auto`, targeting the table alone. A
+    checkpoint whose downstream file exists is not run by Snakemake (9.27), so the table names
+    the probe's output as an ordinary input: it probes, times the chosen size, rebuilds."""
+    edit_config(workdir, lambda c: c["evaluate"].update(batch_sizes=[3]))
+    (workdir / PROBE).unlink()
+    run(workdir)
+    edit_config(workdir, lambda c: c["evaluate"].update(batch_sizes=["auto"]))
+    ran = run(workdir, "results/tables/evaluate.tsv")
+    assert ran.get("autotune") == 1 and ran.get("evaluate_table") == 1, ran
+    chosen = json.loads((workdir / PROBE).read_text())["batch_size"]
+    assert f"auto → {chosen}" in (workdir / "results/tables/evaluate.md").read_text()

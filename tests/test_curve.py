@@ -35,28 +35,50 @@ def write_point(folder, threads, batch_size, runs, tokens, cpu="Test CPU"):
     folder.mkdir(parents=True, exist_ok=True)
     metrics = {"seed": 0, "model": "m", "dataset": "d", "device": "cpu", "dtype": "float32",
                "threads": threads, "machine": MACHINE | {"threads": threads, "cpu": cpu},
-               "n_prompts": 2, "temperature": 0.0, "runs": []}
+               "n_prompts": 2, "num_samples": 1, "temperature": 0.0, "runs": []}
     records = []
     for strategy, speed in runs.items():
         numbers = {name: summary(1.0) for name in curve.TIMED}
         numbers["tokens_per_s"] = summary(speed)
         metrics["runs"].append({
             "strategy": strategy, "batch_size": 1 if strategy == "sequential" else batch_size,
-            "repeats": 3, "summaries": numbers, "accuracy": 0.5, "peak_memory_mb": 100.0,
+            "repeats": 3, "summaries": numbers, "samples": [{"wall_s": w} for w in WALLS],
+            "peak_memory_mb": 100.0,
             "memory_measure": "vmhwm", "kv_cache_mb": 1.0, "predicted_peak_memory_mb": 110.0,
             "prompt_length": length_stats([5, 6]), "answer_length": length_stats([1, 10]),
             "pad_fraction": 0.0, "finished_row_share": 0.0, "truncated": 0,
             "bound_tokens_per_s": 1000.0, "bound_by": "bandwidth"})
-        records += [{"strategy": strategy, "index": i, "generated_ids": t, "margins": [5.0] * 9,
+        records += [{"strategy": strategy, "index": i, "key": [i, 0], "generated_ids": t,
+                     "generated_text": f"so \\boxed{{{t[0]}}}", "margins": [5.0] * 9,
                      "steps": len(t) + 1} for i, t in enumerate(tokens.get(strategy, [[1], [2]]))]
     (folder / "metrics.json").write_text(json.dumps(metrics))
     (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "problems.jsonl").write_text("".join(
+        json.dumps({"problem": f"p{i}", "answer": a}) + "\n" for i, a in enumerate(ANSWERS)))
     return str(folder / "metrics.json"), str(folder / "records.jsonl")
+
+
+# Each point's problems: the default answers [[1], [2]] get the first right, the second wrong.
+ANSWERS = ["1", "5"]
+WALLS = [2.0, 4.0, 4.0]  # the seconds each repeat of a run took
 
 
 def table_of(tmp_path, points):
     paths = [write_point(tmp_path / f"p{i}", *point) for i, point in enumerate(points)]
-    return curve.curve_table([m for m, _ in paths], [r for _, r in paths])
+    problems = [str(tmp_path / f"p{i}" / "problems.jsonl") for i in range(len(points))]
+    return curve.curve_table([m for m, _ in paths], [r for _, r in paths], problems)
+
+
+def test_accuracy_and_goodput_are_graded_from_the_answers_and_each_repeats_time(tmp_path):
+    table = table_of(tmp_path, [(1, 1, {"sequential": 100.0}, {}),
+                                (1, 4, {"batched": 300.0}, {"batched": [[1], [5]]})])
+    graded = {row.strategy: row for row in table.itertuples()}
+    assert graded["sequential"].subset_accuracy == 0.5 and graded["batched"].subset_accuracy == 1.0
+    # one right answer in 2, 4 and 4 seconds: 0.5, 0.25, 0.25 correct/s, median 0.25
+    assert graded["sequential"].correct_per_s == 0.25
+    assert graded["batched"].correct_per_s == 0.5
+    low, high = graded["sequential"].correct_per_s_lo, graded["sequential"].correct_per_s_hi
+    assert low < 1 / 3 < high  # the interval is of the mean
 
 
 def test_rows_of_different_thread_counts_are_never_compared(tmp_path):
@@ -110,7 +132,7 @@ def test_a_curve_whose_every_point_was_skipped_still_makes_its_table(tmp_path):
     skipped = [{"seed": 0, "model": "m", "dataset": "d", "strategy": "batched", "batch_size": 4,
                 "device": "cpu", "dtype": "float32", "threads": 1, "predicted_mem_mb": 900,
                 "note": "skipped: predicted 900 MB > budget 100 MB"}]
-    table = curve.curve_table([], [], skipped=skipped)
+    table = curve.curve_table([], [], [], skipped=skipped)
     assert table["note"].tolist() == [skipped[0]["note"]] and table["tokens_per_s"].isna().all()
     assert list(curve.compact(table).columns) == ["strategy", "batch_size", "note"]
     assert curve.curve_lines(table, "problems")[-1].startswith("- Rows marked *skipped*")

@@ -81,3 +81,20 @@ def test_load_records_reads_math500():
     records = load_records(MATH500)
     assert len(records) == 500
     assert all(isinstance(r["answer"], str) and r["problem"] for r in records)
+
+
+def test_an_interrupted_folder_write_leaves_the_old_folder(tmp_path):
+    from batched_reasoning.core.io import atomic_dir
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "old.txt").write_text("old")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_dir(tmp_path / "out") as staging:
+            (staging / "new.txt").write_text("half")
+            raise KeyboardInterrupt
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["old.txt"]
+    with atomic_dir(tmp_path / "out") as staging:
+        (staging / "new.txt").write_text("whole")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["new.txt"]

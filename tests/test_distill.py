@@ -29,8 +29,7 @@ from batched_reasoning.training.settings import TrainingFiles
 from batched_reasoning.data.prompts import TextTokenizer, format_prompt
 from batched_reasoning.workflow.tables import distill_table, evaluations, student_name
 from batched_reasoning.world.teacher import load_teacher_rows, make_teacher_traces
-from batched_reasoning.world.toy import training_text
-from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
+from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer, training_text
 from batched_reasoning.training.loop import masked_nll
 
 ARITH = make_arith(seed=0, n_train=60, n_test=2)["train"]

@@ -32,8 +32,7 @@ from batched_reasoning.training.settings import TrainingFiles
 from batched_reasoning.core.io import read_json, write_jsonl
 from batched_reasoning.data.prompts import TextTokenizer, format_prompt
 from batched_reasoning.world.teacher import make_teacher_traces
-from batched_reasoning.world.toy import training_text
-from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
+from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer, training_text
 
 DATA = make_arith(seed=0, n_train=60, n_test=6)
 ARITH = DATA["train"]
@@ -88,6 +87,7 @@ def distill_gradients(model_dir, per_rank_mean: bool) -> torch.Tensor:
     return flat_gradients(model)
 
 
+@pytest.mark.slow
 def test_distillation_gradient_on_uneven_shares_is_the_whole_steps(setup):
     model = str(setup / "model")
     one = distributed.launch(distill_gradients, 1, model, False)
@@ -110,6 +110,7 @@ def gloo_threads_after_a_step_and_destroy() -> list[str]:
     return [name for name in names if "gloo" in name]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists threads from Linux's /proc")
 def test_ranks_leave_no_gloo_threads_running_at_exit():
     """Threads still running as the interpreter exits are torn down in C++ static destruction,
@@ -142,6 +143,7 @@ def grpo_gradients(model_dir, per_rank_mean: bool) -> tuple[torch.Tensor, float]
     return flat_gradients(model), loss
 
 
+@pytest.mark.slow
 def test_grpo_gradient_on_uneven_shares_is_the_whole_steps(setup):
     model = str(setup / "model")
     one, loss_one = distributed.launch(grpo_gradients, 1, model, False)
@@ -194,6 +196,7 @@ def flat(state: dict) -> torch.Tensor:
     return torch.cat([state[k].flatten() for k in sorted(state)])
 
 
+@pytest.mark.slow
 def test_weights_after_several_unclipped_steps_match_one_rank(setup):
     """Three AdamW steps of 5 examples (3 + 2 per rank), no clipping, float64."""
     runs = {}
@@ -229,6 +232,7 @@ def grpo_args(root, name, **overrides) -> list:
             {"model": "tiny", "dataset": "arith"}]
 
 
+@pytest.mark.slow
 def test_grpo_on_two_ranks_trains_like_one_two_problems_a_step(setup):
     """End to end: each rank generates and scores its problem's rollouts, rewards are
     gathered for the advantages, evaluation is shared, rank 0 writes; float64."""
@@ -271,6 +275,7 @@ def start_distill(root, name, world_size, **overrides):
     return subprocess.Popen([sys.executable, "-c", code, payload])
 
 
+@pytest.mark.slow
 def test_killed_two_rank_run_resumes_to_the_same_weights(setup):
     run = dict(epochs=8, checkpoint_every=5, log_every=10)
     assert start_distill(setup, "straight", 2, **run).wait(timeout=600) == 0
@@ -296,6 +301,7 @@ def test_killed_two_rank_run_resumes_to_the_same_weights(setup):
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
 
 
+@pytest.mark.slow
 def test_ranks_and_shares_are_checked_in_both_stages(setup):
     with pytest.raises(RuntimeError, match="failed on 2 ranks"):
         distributed.launch(distill, 2, *distill_args(setup, "idle", examples_per_step=1))

@@ -61,6 +61,8 @@ CLUSTER = ("snakemake --workflow-profile profiles/slurm --default-resources "
 CLUSTER_SITE = "snakemake --profile mysite --workflow-profile profiles/slurm --configfile mysite.yaml"
 SLURM_WATCH = ["sinfo", "squeue -u $USER", "sacct -X -o JobID,JobName%40,Comment%30,State,Elapsed"]
 MERGE = "python -m batched_reasoning.workflow.merge laptop/results gpu/results --out merged"
+FAST_TIER = 'python -m pytest -m "not slow"'
+CONDA_RUN = "snakemake --cores 1 --sdm conda"
 REAL_MODEL = "tests/test_real_path.py::test_the_qwen_config_runs_offline_from_the_hugging_face_cache"
 APPENDIX_E = ("tests/test_real_path.py::"
               "test_the_appendix_e_config_plans_the_books_four_workloads_apart_offline")
@@ -76,6 +78,8 @@ RUN_BY = {
     "snakemake --report results/report.zip": CI,
     "snakemake": CI,
     "snakemake -n": CI,
+    "snakemake -n results/tables/evaluate.tsv": CI,
+    "snakemake --summary": CI,
     "snakemake --touch": CI,
     "snakemake --cleanup-metadata FILE…": CI,
     "snakemake --unlock": CI,
@@ -93,6 +97,10 @@ RUN_BY = {
     LLAMA_CONVERT: "test_llama_cpp_commands",
     LLAMA_BENCH: "test_llama_cpp_commands",
     MERGE: "test_merging_the_curves_of_two_machines",
+    "python -m pytest -q": CI,
+    FAST_TIER: "test_the_fast_tier_leaves_out_only_the_slow_tests",
+    CONDA_RUN: "test_conda_run_plans_its_environment",
+    "snakemake --lint": ("tests/test_workflow.py::test_lint_and_format", ["--lint"]),
     CLUSTER: "test_cluster_commands_plan_their_jobs",
     CLUSTER_SITE: "test_cluster_commands_plan_their_jobs",
     **{command: "test_slurm_watching_commands" for command in SLURM_WATCH},
@@ -177,6 +185,7 @@ def tiny(command: str) -> str:
     return command.replace("--shape qwen3-0.6b", "--shape tiny")
 
 
+@pytest.mark.slow
 def test_readme_benchmark_on_each_cpu_class_and_its_summary(tmp_path):
     """The README's per-class benchmark (`ckpt` here: the tiny model), run for each class as the
     README ran it, then its summary over the three runs."""
@@ -193,6 +202,7 @@ def test_readme_benchmark_on_each_cpu_class_and_its_summary(tmp_path):
         assert set(table.batch_size) == {1, 8, 16}
 
 
+@pytest.mark.slow
 def test_benchmarking_commands(tmp_path):
     scratch = scratch_with_model_files(tmp_path)
     shell(tiny(MAKE_CHECKPOINT), scratch)
@@ -255,6 +265,20 @@ def test_merging_the_curves_of_two_machines(tmp_path):
     assert (tmp_path / "merged/evaluate.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
+def test_the_fast_tier_leaves_out_only_the_slow_tests():
+    """The README's loop while changing code, collected only (`--collect-only`: running it here
+    would run most of this suite a second time): the tests marked `slow`, one by one or a whole
+    module, are left out, the fast ones kept."""
+    listed = shell(FAST_TIER + " --collect-only -q -p no:cacheprovider", REPO)
+    tests = [line for line in listed.splitlines() if "::" in line]
+    assert "deselected" in listed.splitlines()[-1]
+    assert "tests/test_docs.py::test_every_documented_command_is_run" in tests
+    assert "tests/test_docs.py::test_the_fast_tier_leaves_out_only_the_slow_tests" not in tests
+    assert not [test for test in tests if test.startswith("tests/test_workflow.py::")]
+
+
+@pytest.mark.slow
 def test_cluster_commands_plan_their_jobs(tmp_path):
     """docs/cluster.md's two SLURM commands as dry runs (`-n`) of the default config: the site's
     account and partition reach every job. (tests/test_slurm_workflow.py runs the profile on a
@@ -268,6 +292,17 @@ def test_cluster_commands_plan_their_jobs(tmp_path):
     (workdir / "mysite.yaml").write_text(textwrap.dedent(blocks[1]))
     plan = shell(CLUSTER_SITE + " -n", workdir)
     assert "slurm_account=MYACCOUNT" in plan and "slurm_partition=short" in plan
+
+
+@pytest.mark.skipif(shutil.which("conda") is None,
+                    reason="needs conda (docs/reproducibility.md's `--sdm conda` run builds its "
+                           "environment with it)")
+def test_conda_run_plans_its_environment(tmp_path):
+    """docs/reproducibility.md's conda run as a dry run (`-n`: building the environment downloads
+    PyTorch): Snakemake accepts the environment file and would build it for the jobs."""
+    workdir = copy_workflow(tmp_path / "run")
+    plan = shell(CONDA_RUN + " -n", workdir)
+    assert "workflow/envs/batched-reasoning.yaml will be created" in plan
 
 
 @pytest.mark.skipif(shutil.which("sinfo") is None

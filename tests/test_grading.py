@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from batched_reasoning.data.grading import extract_answer, is_correct, normalize_answer
+from batched_reasoning.data.answers import extract_answer, normalize_answer
+from batched_reasoning.data.grading import is_correct
 
 MATH500 = Path(__file__).resolve().parents[2] / "shared/data/math500_test.json"
 

@@ -30,9 +30,8 @@ from batched_reasoning.core.io import write_jsonl
 from batched_reasoning.training.settings import TrainingFiles
 from batched_reasoning.data.prompts import TextTokenizer, format_prompt
 from batched_reasoning.workflow.tables import grpo_table, plot_grpo
-from batched_reasoning.world.toy import training_text
 from batched_reasoning.model.config import Qwen3Config, new_model_config
-from batched_reasoning.world.toy_tokenizer import END_TOKEN, train_toy_tokenizer
+from batched_reasoning.world.toy_tokenizer import END_TOKEN, train_toy_tokenizer, training_text
 
 TIMING = ["tokens_per_sec", "gen_seconds", "update_seconds", "step_seconds", "peak_mem_mb",
           "eval_seconds"]

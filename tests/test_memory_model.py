@@ -128,6 +128,7 @@ def measured_peak_mb(config: dict, batch: int, prompt: int, new: int, runs: int 
     ("activations", MODERATE, (8, 512, 1), (8, 1024, 1)),  # long prompts, one new token
     ("logits", WIDE, (8, 4, 1), (64, 4, 1)),  # many rows of a wide vocabulary
 ])
+@pytest.mark.slow
 def test_each_growing_component_matches_the_measured_growth(component, config, small, large):
     """Between two sizes the weights and the process's runtime cancel out, so what a run adds
     is what the components that scale predict. Each pair is chosen so that one component makes
@@ -140,6 +141,7 @@ def test_each_growing_component_matches_the_measured_growth(component, config, s
     assert grown == pytest.approx(predicted, rel=0.25)
 
 
+@pytest.mark.slow
 def test_repeated_prompts_cost_the_activations_of_the_distinct_ones():
     """Eight samples of one long prompt prefill it once: the prediction drops the activations of
     seven prompts, and the measured peaks differ by as much (25%)."""
@@ -171,8 +173,8 @@ def test_an_mps_run_is_predicted_measured_and_tabled(tmp_path, monkeypatch):
              sort_by_length=False, limit=None)
     for strategy, batch_size in (("sequential", 1), ("batched_stop", 2)):
         out = tmp_path / strategy
-        evaluate(tiny_checkpoint, tmp_path / "bs2.safetensors", tmp_path / "test.jsonl",
-                 tmp_path / "bs2.stats.json", out / "records.jsonl", out / "metrics.json",
+        evaluate(tiny_checkpoint, tmp_path / "bs2.safetensors", tmp_path / "bs2.stats.json",
+                 out / "records.jsonl", out / "metrics.json",
                  strategy=strategy, batch_size=batch_size, device="mps", dtype="float16",
                  max_new_tokens=4, prompt_style="base", threads=1, params={},
                  labels={"model": "tiny", "dataset": "d", "device": "mps"})
@@ -263,6 +265,7 @@ MANY_LAYERS = {  # 1.2 GB of float32 in tensors of at most 13 MB: a second copy 
 }
 
 
+@pytest.mark.slow
 def test_loading_a_checkpoint_holds_its_weights_once(tmp_path):
     """The peak of loading is what stays loaded. Pages of a memory-mapped file stay in the RSS
     while it is mapped: one mapping for every tensor peaked at a second copy of the weights

@@ -152,9 +152,11 @@ def test_results_dir_moves_every_output_of_a_configuration():
     config["evaluate"]["batch_sizes"] = [1, "auto"]
     plan = Plan(config, choice=lambda probe: 4)
     paths = [p for stage in ("evaluate", "self_consistency", "grpo", "distill", "workload")
-             for group in plan.table_inputs(stage).values() for p in group]
+             for name, group in plan.table_inputs(stage).items() for p in group
+             if name != "point_problems"]  # the datasets, shared by every configuration
     paths += [p for group in plan.appendix_inputs().values() for p in group]
     paths += [plan.model_dir("toy", "arith", 0), plan.model_dir("toy-distilled-bs8-cpu", "arith", 0)]
+    paths += [plan.tokenizer_dir("toy"), plan.tokenizer_dir("toy-distilled-bs8-cpu")]
     paths += [probe.path() for probe in plan.probes()]
     assert len(paths) > 20
     assert all(p.startswith("results/other/") for p in paths), [
@@ -310,3 +312,26 @@ def test_jobs_ask_at_least_what_their_probe_measured():
     run = TrainingRun(0, "toy", "arith", 8, "cpu", 1)
     trained = plan.training_resources("distill", run)["mem_mb"]
     assert plan.training_resources("distill", run, measured_mb=10 * trained)["mem_mb"] > 9 * trained
+
+
+@pytest.mark.parametrize("stage, given", [
+    ("pretrain", {"seed": 0, "threads": 1}),
+    ("grpo", {"seed": 0, "threads": 1, "strategy": "batched", "batch_size": 4, "device": "cpu",
+              "dtype": "float32", "prompt_style": "base"}),
+    ("distill", {"seed": 0, "threads": 1, "batch_size": 4, "device": "cpu", "dtype": "float32",
+                 "prompt_style": "base"}),
+])
+def test_a_training_stage_is_told_every_setting_its_config_holds_and_nothing_else(stage, given):
+    """The rule's params are the settings the stage's config section holds; with what the job
+    itself knows (wildcards, threads, the device's dtype) they make the whole settings object."""
+    from batched_reasoning.stages.distill import DistillSettings
+    from batched_reasoning.stages.grpo import GRPOSettings
+    from batched_reasoning.stages.pretrain import PretrainSettings
+
+    kind = {"pretrain": PretrainSettings, "grpo": GRPOSettings, "distill": DistillSettings}[stage]
+    config = copy.deepcopy(DEFAULTS)
+    config[stage]["not_a_setting"] = 1  # e.g. batch_sizes, strategies: they name runs
+    params = Plan(config).settings(stage)
+    assert "not_a_setting" not in params and set(params) <= set(config[stage])
+    settings = kind.from_params(params | given)
+    assert {name: getattr(settings, name) for name in params} == params

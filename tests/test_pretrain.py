@@ -18,6 +18,7 @@ from batched_reasoning.core.io import read_jsonl, write_jsonl
 from batched_reasoning.stages.pretrain import learning_rate, pretraining_examples, shows_work
 from batched_reasoning.data.prompts import TextTokenizer, render_prompt
 from batched_reasoning.world.toy import build_toy_model
+from batched_reasoning.world.toy_tokenizer import build_toy_tokenizer
 
 ARCH = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=512,
@@ -28,7 +29,8 @@ ARCH = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_h
 def init(tmp_path_factory):
     root = tmp_path_factory.mktemp("pretrain")
     write_jsonl(make_arith(0, 256, 10)["train"], root / "train.jsonl")
-    build_toy_model(root / "train.jsonl", root / "init", architecture=ARCH, seed=0)
+    build_toy_tokenizer(root / "train.jsonl", root / "tokenizer", vocab_size=ARCH["vocab_size"])
+    build_toy_model(root / "tokenizer", root / "init", architecture=ARCH, seed=0)
     return root
 
 
@@ -49,6 +51,7 @@ def run_pretrain(root, out, steps, checkpoint_every=10**6):
                              json.dumps({"files": training_files(out), "settings": settings})])
 
 
+@pytest.mark.slow
 def test_loss_falls_and_checkpoint_reloads(init, tmp_path):
     assert run_pretrain(init, tmp_path, steps=60).wait() == 0
     log = pd.read_csv(tmp_path / "log.csv")
@@ -60,6 +63,7 @@ def test_loss_falls_and_checkpoint_reloads(init, tmp_path):
         assert model(torch.tensor([[1, 2, 3]])).isfinite().all()
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_identical_weights(init, tmp_path):
     steps = 200
     assert run_pretrain(init, tmp_path / "straight", steps).wait() == 0

@@ -57,11 +57,20 @@ def plan_of(workdir) -> Plan:
     return Plan(merged(defaults, yaml.safe_load((workdir / "tiny.yaml").read_text())))
 
 
+# The jobs of the complete run, per rule: what a change may rerun is a part of it.
+COMPLETE_RUN: dict[str, int] = {}
+
+
 @pytest.fixture(scope="module")
 def complete_run(tmp_path_factory):
     workdir = with_own_library(copy_workflow(tmp_path_factory.mktemp("rerun") / "run"))
-    run(workdir)
+    COMPLETE_RUN.update(run(workdir))
     return workdir
+
+
+def complete_run_of(rules) -> dict[str, int]:
+    """The complete run's jobs of `rules` (a predicate on the rule name)."""
+    return {rule: count for rule, count in COMPLETE_RUN.items() if rules(rule)}
 
 
 @pytest.fixture
@@ -162,7 +171,8 @@ def test_sampler_code_edit_reruns_only_sampling_stages(workdir):
     plan = plan_of(workdir)
     # the curves' one script times sampled and greedy points alike: both rerun
     points = len(plan.curve_points("evaluate")) + len(plan.curve_points("self_consistency"))
-    assert run(workdir) == {"self_consistency": len(plan.generation_runs("self_consistency")),
+    sampled = len(plan.generation_runs("self_consistency"))
+    assert run(workdir) == {"self_consistency": sampled, "vote": sampled,
                             "self_consistency_table": 1, "time_generation": points,
                             "evaluate_table": 1, "workload_table": 1,
                             "self_consistency_curve_table": 1,
@@ -170,10 +180,97 @@ def test_sampler_code_edit_reruns_only_sampling_stages(workdir):
                             "time_training": len(plan.timed_trainings()),
                             "appendix_e_table": 1}
     changed = changed_files(before, snapshot(workdir))
-    assert all(any(stage in path for stage in ("self_consistency", "grpo", "story", "/curve/",
-                                               "tables/evaluate", "plots/evaluate", "workload",
-                                               "timed_training", "appendix_e"))
-               for path in changed), sorted(changed)
+    stages = ("self_consistency", "/vote/", "grpo", "story", "/curve/", "tables/evaluate",
+              "plots/evaluate", "workload", "timed_training", "appendix_e")
+    assert all(any(stage in path for stage in stages) for path in changed), sorted(changed)
+
+
+def test_model_code_edit_rebuilds_the_model_and_tokenizes_nothing(workdir):
+    """The toy is rebuilt and everything that runs a model reruns; the tokenizer is its own
+    job's output, and tokenization reads nothing else."""
+    edit_module(workdir, "model.qwen3", "return weight * x.to(dtype)",
+                "return x.to(dtype) * weight")
+    untouched = {"make_arith", "build_toy_tokenizer", "tokenize", "teacher_traces"}
+    assert run(workdir, "-n") == complete_run_of(lambda rule: rule not in untouched)
+
+
+def test_grader_edit_regrades_and_generates_nothing(workdir):
+    """Evaluation and self-consistency generate nothing again: their `grade` and `vote` jobs
+    and the tables (the curve tables grade the timed answers) rerun, and GRPO, whose reward is
+    the grader, with its timing."""
+    edit_module(workdir, "data.grading", "return int(gold_text) == int(pred_text)",
+                "return int(pred_text) == int(gold_text)")
+    reruns = {"grade", "vote", "grpo", "time_training"}
+    assert run(workdir, "-n") == complete_run_of(
+        lambda rule: rule in reruns or rule.endswith("_table"))
+
+
+def test_table_edit_rebuilds_tables_and_plots_only(workdir):
+    edit_module(workdir, "workflow.tables", 'index=False, float_format="%.4g"',
+                'float_format="%.4g", index=False')
+    assert run(workdir, "-n") == complete_run_of(lambda rule: rule.endswith("_table"))
+
+
+# Issue 43: every config change is planned whatever the target, or refused before any job runs.
+# Each row: a change (merged into the tiny config as `--configfile` does), a target (None: the
+# default), and the exact jobs a dry run plans, or the error that names the key.
+EVALUATE, GRPO, SC = ("results/tables/evaluate.tsv", "results/tables/grpo.tsv",
+                      "results/tables/self_consistency.tsv")
+AUTO = {"evaluate": {"batch_sizes": ["auto"], "strategies": ["sequential", "batched_stop"]}}
+NO_TRAIN_SPLIT = {"grpo": {"models": ["qwen3-0.6b-base"], "datasets": ["math500"]}}
+PLANS = [
+    # a new batch size: its curve point, and the tables that show it
+    ({"evaluate": {"batch_sizes": [1, 3, 2]}}, None,
+     {"time_generation": 1, "evaluate_table": 1, "workload_table": 1, "appendix_e_table": 1}),
+    ({"evaluate": {"batch_sizes": [1, 3, 2]}}, EVALUATE,
+     {"time_generation": 1, "evaluate_table": 1}),
+    ({"self_consistency": {"batch_sizes": [3, 2]}}, None,
+     {"self_consistency": 1, "vote": 1, "self_consistency_table": 1, "story_table": 1}),
+    ({"self_consistency": {"batch_sizes": [3, 2]}}, SC,
+     {"self_consistency": 1, "vote": 1, "self_consistency_table": 1}),
+    # a new strategy: its runs on both world sizes; the timing sets it against one at a time
+    ({"grpo": {"strategies": ["sequential", "batched"]}}, None,
+     {"grpo": 2, "grpo_table": 1, "story_table": 1, "time_training": 1, "appendix_e_table": 1}),
+    ({"grpo": {"strategies": ["sequential", "batched"]}}, GRPO, {"grpo": 2, "grpo_table": 1}),
+    # fewer runs: the tables that listed them, nothing else
+    ({"grpo": {"world_sizes": [1]}}, None, {"grpo_table": 1, "story_table": 1}),
+    # `auto`: the probe, whatever the target (the chosen size's point is planned once it ran;
+    # the one-at-a-time point reruns for the new strategy list)
+    (AUTO, None, {"autotune": 1, "autotune_table": 1, "time_generation": 1, "evaluate_table": 1,
+                  "workload_table": 1, "appendix_e_table": 1}),
+    (AUTO, EVALUATE, {"autotune": 1, "time_generation": 1, "evaluate_table": 1}),
+    # a setting that changes a run's result
+    ({"self_consistency": {"temperature": 0.7}}, None,
+     {"self_consistency": 1, "vote": 1, "time_generation": 2, "self_consistency_table": 1,
+      "self_consistency_curve_table": 1, "story_table": 1, "appendix_e_table": 1}),
+    # distillation's students are evaluated (and timed on the curves) wherever they appear
+    ({"distill": {"lr": 1e-3}}, None,
+     {"distill": 4, "evaluate": 5, "grade": 5, "time_generation": 4, "time_training": 1,
+      "distill_table": 1, "evaluate_table": 1, "workload_table": 1,
+      "self_consistency_curve_table": 1, "story_table": 1, "appendix_e_table": 1}),
+    ({"pretrain": {"steps": 30}}, GRPO, {"pretrain": 1, "grpo": 4, "grpo_table": 1}),
+    # a new model and a new seed: their whole chain, the shared data and tokenizer once
+    ({"evaluate": {"models": ["toy-distilled-bs4-cpu", "toy"]}}, EVALUATE,
+     {"tokenize": 1, "evaluate": 1, "grade": 1, "time_generation": 2, "evaluate_table": 1}),
+    ({"seeds": [0, 1]}, EVALUATE,
+     {"build_toy_model": 1, "pretrain": 1, "distill": 1, "tokenize": 1, "evaluate": 1,
+      "grade": 1, "time_generation": 2, "evaluate_table": 1}),
+    # what cannot be planned stops at parse time, naming the key
+    (NO_TRAIN_SPLIT, None, "grpo.datasets names 'math500', which has no train split"),
+    (NO_TRAIN_SPLIT, GRPO, "grpo.datasets names 'math500', which has no train split"),
+]
+
+
+@pytest.mark.parametrize("change, target, expected", PLANS)
+def test_every_config_change_is_planned_or_refused(workdir, change, target, expected):
+    edit_config(workdir, lambda config: config.update(merged(config, change)))
+    args = ["-n", target] if target else ["-n"]
+    if isinstance(expected, str):
+        proc = snakemake(workdir, *args, env=library_env(workdir), check=False)
+        assert proc.returncode != 0 and expected in proc.stdout + proc.stderr, proc.stderr
+        assert not re.search(r"^(?:local)?rule \w+:$", proc.stdout, re.M)  # no job ran
+    else:
+        assert run(workdir, *args) == expected
 
 
 def test_io_edit_reruns_everything_that_imports_it_absolutely_or_not(workdir):

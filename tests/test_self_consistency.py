@@ -6,19 +6,14 @@ from conftest import random_model
 
 from batched_reasoning.world.arith import make_arith
 from batched_reasoning.model.checkpoint import load_model, save_model
-from batched_reasoning.data.grading import extract_answer, is_correct, normalize_answer
+from batched_reasoning.data.answers import extract_answer, majority_vote, normalize_answer
+from batched_reasoning.data.grading import is_correct
 from batched_reasoning.core.io import read_jsonl, write_jsonl
 from batched_reasoning.data.prompts import TextTokenizer
 from batched_reasoning.engine.sampling import counter_uniform
-from batched_reasoning.stages.self_consistency import (
-    accuracy_at_k,
-    grade_problem,
-    is_decided,
-    majority_vote,
-    make_sampler,
-    sample_answers,
-    self_consistency,
-)
+from batched_reasoning.data.answers import is_decided
+from batched_reasoning.stages.grade import accuracy_at_k, vote_problem, vote_samples
+from batched_reasoning.stages.self_consistency import make_sampler, sample_answers, self_consistency
 from batched_reasoning.workflow.tables import plot_self_consistency, self_consistency_table
 from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
@@ -93,7 +88,7 @@ def test_tie_goes_to_first_appearance_and_none_abstains():
 def test_vote_is_graded_not_first_sample():
     record = {"problem": "1/4 + 1/4?", "answer": "0.5", "level": 2}
     texts = ["so \\boxed{3}", "\\boxed{\\frac{1}{2}}", "1/2", "\\boxed{3}", "it is 0.5"]
-    graded = grade_problem(7, record, texts)
+    graded = vote_problem(7, record, texts)
     assert graded["winner"] == normalize_answer("1/2") and graded["winner_answer"] == "\\frac{1}{2}"
     assert graded["votes"][normalize_answer("3")] == 2
     assert graded["correct"] and not graded["first_sample_correct"]
@@ -161,13 +156,15 @@ def run_stage(model_dir, tmp_path, strategy, batch_size, early_stop=False, num_s
     out = tmp_path / strategy / f"bs{batch_size}"
     labels = {"model": "tiny", "dataset": "arith", "strategy": strategy,
               "batch_size": str(batch_size), "device": "cpu"}
-    metrics = self_consistency(
-        str(model_dir), str(data), str(out / "records.jsonl"), str(out / "metrics.json"),
+    self_consistency(
+        str(model_dir), str(data), str(out / "samples.jsonl"), str(out / "sampling.json"),
         strategy=strategy, batch_size=batch_size, device="cpu", dtype="float32",
         num_samples=num_samples, temperature=1.0, top_p=0.9, max_new_tokens=3,
         prompt_style="base", prompt_suffix="\n\nExplain step by step.", seed=0,
         early_stop=early_stop, limit=4, threads=1, params={"seed": 0}, labels=labels,
     )
+    metrics = vote_samples(str(data), str(out / "samples.jsonl"), str(out / "sampling.json"),
+                           str(out / "records.jsonl"), str(out / "metrics.json"))
     return metrics, out / "records.jsonl"
 
 

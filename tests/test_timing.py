@@ -82,8 +82,8 @@ def test_one_repeat_times_a_client_view_on_a_fake_clock(monkeypatch):
         generated_tokens=10, completion=[2.0, 4.0], latency=[2.0, 1.0],
         time_to_first_token=[0.5, 3.0], time_per_output_token=[0.25, 0.5],
         decode_seconds=3.0, prefill_seconds=1.0, decode_steps=6, tokens=[[1], [2]])
-    numbers, _ = timing_stage.one_repeat(lambda: result, str, lambda texts: [True, False])
-    assert numbers["tokens_per_s"] == 2.5 and numbers["correct_per_s"] == 0.25
+    numbers, _ = timing_stage.one_repeat(lambda: result)
+    assert numbers["tokens_per_s"] == 2.5 and numbers["wall_s"] == 4.0
     assert numbers["completion_p50_s"] == 3.0
     assert numbers["completion_p99_s"] == pytest.approx(3.98)
     assert numbers["service_p50_s"] == 1.5 and numbers["ttft_p50_s"] == 1.75

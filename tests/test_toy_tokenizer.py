@@ -149,3 +149,28 @@ def test_a_new_models_config_loads_in_transformers(tmp_path, tokenizer):
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     ids = torch.tensor([tokenizer.encode("1+1=").ids])
     assert model(ids).logits.shape == (1, ids.shape[1], vocab)
+
+
+def test_toy_tokenizer_job_writes_what_tokenization_and_the_model_read(tmp_path):
+    """The toy's tokenizer is a folder of its own (tokenization reads nothing else), and the toy
+    model built around it has its vocabulary and its end token."""
+    from batched_reasoning.core.io import write_jsonl
+    from batched_reasoning.data.prompts import TextTokenizer
+    from batched_reasoning.model.checkpoint import load_model
+    from batched_reasoning.world.arith import make_arith
+    from batched_reasoning.world.toy import build_toy_model
+    from batched_reasoning.world.toy_tokenizer import END_TOKEN, build_toy_tokenizer
+
+    write_jsonl(make_arith(0, 64, 4)["train"], tmp_path / "train.jsonl")
+    build_toy_tokenizer(tmp_path / "train.jsonl", tmp_path / "tokenizer", vocab_size=300)
+    assert sorted(p.name for p in (tmp_path / "tokenizer").iterdir()) == [
+        "generation_config.json", "tokenizer.json"]
+    tokenizer = TextTokenizer.from_model_dir(tmp_path / "tokenizer")
+    assert tokenizer.end_token_ids == (tokenizer.tokenizer.token_to_id(END_TOKEN),)
+    shape = dict(vocab_size=1, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=8, intermediate_size=32,
+                 max_position_embeddings=64, rope_theta=10000.0)
+    build_toy_model(tmp_path / "tokenizer", tmp_path / "init", architecture=shape, seed=0)
+    model = load_model(tmp_path / "init")
+    assert model.cfg.vocab_size == tokenizer.tokenizer.get_vocab_size(with_added_tokens=True)
+    assert TextTokenizer.from_model_dir(tmp_path / "init").end_token_ids == tokenizer.end_token_ids

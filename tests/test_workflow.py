@@ -233,10 +233,7 @@ def test_broken_dataset_record_is_named(tmp_path):
 
 def test_lint_and_format():
     out = subprocess.run([*SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True)
-    text = out.stdout + out.stderr
-    lints = [line.strip() for line in text.splitlines() if line.strip().startswith("* ")]
-    allowed = "* Specify a conda environment or container for each rule."
-    assert lints and all(line.startswith(allowed) for line in lints), text
+    assert out.returncode == 0, out.stdout + out.stderr  # every rule names its conda env too
     fmt = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow"],
                          cwd=REPO, capture_output=True, text=True)
     assert fmt.returncode == 0, fmt.stderr

@@ -3,7 +3,8 @@
 # first steps here, under each setting from the same starting weights.
 rule time_training:
     input:
-        unpack(autotune_input),
+        unpack(WIRE.autotune_input),
+        probes=WIRE.probe_outputs,
     output:
         metrics=out(
             "seed{seed}/timed_training/{stage}/{model}/{dataset}/{device}/t{threads}/metrics.json"
@@ -18,22 +19,26 @@ rule time_training:
         )
     wildcard_constraints:
         stage=r"grpo|distill",
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: lambda wildcards: int(wildcards.threads)
     resources:
         **PARTITION,
         timing=1,
-        mem_mb=timed_training_resource("mem_mb"),
+        mem_mb=WIRE.timed_training_resource("mem_mb"),
         runtime="2h",
-        gpu=timed_training_resource("gpu"),
+        gpu=WIRE.timed_training_resource("gpu"),
     params:
-        config=lambda w: config[w.stage],
+        # the stage's settings, not its whole section: its world sizes do not change a timing
+        config=lambda w: PLAN.settings(w.stage),
+        timed_steps=lambda w: config[w.stage]["timed_steps"],
         settings=lambda w: PLAN.timed_settings(
             w.stage, int(w.seed), w.model, w.dataset, w.device
         ),
         timing=config["timing"],
-        dtype=dtype_of,
-        prompt_style=prompt_style_of,
-        seed=seed_of,
+        dtype=WIRE.dtype_of,
+        prompt_style=WIRE.prompt_style_of,
+        seed=WIRE.seed_of,
         code=CODE["time_training"],
     script:
         "../scripts/time_training.py"
@@ -64,6 +69,8 @@ rule appendix_e_table:
     benchmark:
         out("benchmarks/tables/appendix_e.tsv")
     localrule: True
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: 1
     resources:
         mem_mb=1000,

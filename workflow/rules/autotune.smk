@@ -5,7 +5,7 @@
 
 checkpoint autotune:
     input:
-        unpack(autotune_input),
+        unpack(WIRE.autotune_input),
     output:
         json=out("autotune/seed{seed}/{stage}/{model}/{dataset}/{device}.json"),
     log:
@@ -14,20 +14,22 @@ checkpoint autotune:
         out("benchmarks/autotune/seed{seed}/{stage}/{model}/{dataset}/{device}.tsv")
     wildcard_constraints:
         stage=r"evaluate|self_consistency|grpo|distill",
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: config["threads"]
     resources:
         # the same kind of node as the jobs it sizes, and no other timed job beside it
         **PARTITION,
         timing=1,
-        mem_mb=autotune_memory,
+        mem_mb=WIRE.autotune_memory,
         runtime="2h",
         gpu=lambda w: 1 if w.device == "cuda" else 0,
     params:
         settings=lambda w: config[w.stage],
         memory_budget_mb=lambda w: config["memory_budget_mb"][w.device],
-        dtype=dtype_of,
-        prompt_style=prompt_style_of,
-        seed=seed_of,
+        dtype=WIRE.dtype_of,
+        prompt_style=WIRE.prompt_style_of,
+        seed=WIRE.seed_of,
         code=CODE["autotune"],
     script:
         "../scripts/autotune.py"

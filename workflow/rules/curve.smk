@@ -2,8 +2,8 @@
 # times every configured strategy at that size (warm-up excluded, repeats, intervals).
 rule time_generation:
     input:
-        model=model_input,
-        records=dataset_file,
+        model=WIRE.model_input,
+        records=WIRE.dataset_file,
     output:
         records=out(
             "seed{seed}/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}/records.jsonl"
@@ -21,23 +21,25 @@ rule time_generation:
         )
     wildcard_constraints:
         stage=r"evaluate|self_consistency",
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: lambda wildcards: int(wildcards.threads)
     resources:
         **PARTITION,
         timing=1,
-        mem_mb=curve_resource("mem_mb"),
+        mem_mb=WIRE.curve_resource("mem_mb"),
         runtime="2h",
-        gpu=curve_resource("gpu"),
+        gpu=WIRE.curve_resource("gpu"),
     params:
         strategies=lambda w: PLAN.curve_strategies(w.stage, int(w.batch_size)),
         problems=lambda w: PLAN.curve_setting(w.stage)["problems"],
         timing=config["timing"],
         sampling=lambda w: PLAN.curve_sampling(w.stage),
-        dtype=dtype_of,
-        compile=compile_of,
+        dtype=WIRE.dtype_of,
+        compile=WIRE.compile_of,
         max_new_tokens=lambda w: config[w.stage]["max_new_tokens"],
-        prompt_style=prompt_style_of,
-        seed=seed_of,
+        prompt_style=WIRE.prompt_style_of,
+        seed=WIRE.seed_of,
         code=CODE["time_generation"],
     script:
         "../scripts/time_generation.py"

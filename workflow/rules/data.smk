@@ -7,7 +7,9 @@ rule make_arith:
     benchmark:
         out("benchmarks/make_arith/{dataset}.tsv")
     wildcard_constraints:
-        dataset=alternation(names_of("arith", "datasets")),
+        dataset=WIRE.names_of("arith", "datasets"),
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: 1
     resources:
         mem_mb=500,
@@ -29,9 +31,11 @@ rule download_dataset:
     benchmark:
         out("benchmarks/download_dataset/{dataset}/{split}.tsv")
     wildcard_constraints:
-        dataset=alternation(names_of("hub", "datasets")),
+        dataset=WIRE.names_of("hub", "datasets"),
         split="train|test",
     localrule: True
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: 1
     resources:
         mem_mb=500,
@@ -53,9 +57,11 @@ rule import_local_dataset:
     benchmark:
         out("benchmarks/import_local_dataset/{dataset}/{split}.tsv")
     wildcard_constraints:
-        dataset=alternation(names_of("local", "datasets")),
+        dataset=WIRE.names_of("local", "datasets"),
         split="train|test",
     localrule: True
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: 1
     resources:
         mem_mb=500,

@@ -1,6 +1,6 @@
 rule teacher_traces:
     input:
-        unpack(teacher_input),
+        unpack(WIRE.teacher_input),
     output:
         teacher="resources/teacher/{dataset}.json",
     log:
@@ -8,6 +8,8 @@ rule teacher_traces:
     benchmark:
         out("benchmarks/teacher_traces/{dataset}.tsv")
     localrule: True
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: 1
     resources:
         mem_mb=1000,
@@ -21,7 +23,7 @@ rule teacher_traces:
 
 rule distill:
     input:
-        model=model_input,
+        model=WIRE.model_input,
         teacher="resources/teacher/{dataset}.json",
     output:
         model=directory(
@@ -51,30 +53,22 @@ rule distill:
         out(
             "seed{seed}/benchmarks/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}.tsv"
         )
-    threads: training_resource("distill", "cpus_per_task")
+    conda:
+        "../envs/batched-reasoning.yaml"
+    threads: WIRE.training_resource("distill", "cpus_per_task")
     resources:
         **PARTITION,
         timing=1,
-        mem_mb=training_resource("distill", "mem_mb"),
+        mem_mb=WIRE.training_resource("distill", "mem_mb"),
         runtime="12h",
-        gpu=training_resource("distill", "gpu"),
-        cpus_per_task=training_resource("distill", "cpus_per_task"),
+        gpu=WIRE.training_resource("distill", "gpu"),
+        cpus_per_task=WIRE.training_resource("distill", "cpus_per_task"),
     params:
-        dtype=dtype_of,
-        prompt_style=prompt_style_of,
-        examples_per_step=DISTILL["examples_per_step"],
-        epochs=DISTILL["epochs"],
-        lr=DISTILL["lr"],
-        max_seq_len=DISTILL["max_seq_len"],
-        validation_size=DISTILL["validation_size"],
-        max_examples=DISTILL["max_examples"],
-        use_think_tokens=DISTILL["use_think_tokens"],
-        sort_by_length=DISTILL["sort_by_length"],
-        grad_clip=DISTILL["grad_clip"],
-        log_every=DISTILL["log_every"],
-        checkpoint_every=DISTILL["checkpoint_every"],
+        **PLAN.settings("distill"),
+        dtype=WIRE.dtype_of,
+        prompt_style=WIRE.prompt_style_of,
         teacher=DISTILL["teacher"],
-        seed=seed_of,
+        seed=WIRE.seed_of,
         code=CODE["distill"],
     script:
         "../scripts/distill.py"

@@ -1,15 +1,14 @@
 rule evaluate:
     input:
-        model=model_input,
-        records=dataset_file,
+        model=WIRE.model_input,
         batches=out("seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.safetensors"),
         stats=out("seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.stats.json"),
     output:
-        records=out(
-            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl"
+        generations=out(
+            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/generations.jsonl"
         ),
         metrics=out(
-            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json"
+            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/generation.json"
         ),
     log:
         out(
@@ -19,19 +18,59 @@ rule evaluate:
         out(
             "seed{seed}/benchmarks/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
         )
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: config["threads"]
     resources:
         **PARTITION,
         timing=1,
-        mem_mb=generation_resource("evaluate", "mem_mb"),
+        mem_mb=WIRE.generation_resource("evaluate", "mem_mb"),
         runtime="2h",
-        gpu=generation_resource("evaluate", "gpu"),
+        gpu=WIRE.generation_resource("evaluate", "gpu"),
     params:
-        dtype=dtype_of,
-        compile=compile_of,
+        dtype=WIRE.dtype_of,
+        compile=WIRE.compile_of,
         max_new_tokens=EVAL["max_new_tokens"],
-        prompt_style=prompt_style_of,
-        seed=seed_of,
+        prompt_style=WIRE.prompt_style_of,
+        seed=WIRE.seed_of,
         code=CODE["evaluate"],
     script:
         "../scripts/evaluate.py"
+
+
+# Grading in a job of its own: a change to the grader regrades, and generates nothing again.
+rule grade:
+    input:
+        problems=WIRE.dataset_file,
+        generations=out(
+            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/generations.jsonl"
+        ),
+        generation=out(
+            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/generation.json"
+        ),
+    output:
+        records=out(
+            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl"
+        ),
+        metrics=out(
+            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json"
+        ),
+    log:
+        out(
+            "seed{seed}/logs/grade/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log"
+        ),
+    benchmark:
+        out(
+            "seed{seed}/benchmarks/grade/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
+        )
+    localrule: True
+    conda:
+        "../envs/batched-reasoning.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime="30m",
+    params:
+        code=CODE["grade"],
+    script:
+        "../scripts/grade.py"

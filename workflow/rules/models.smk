@@ -6,8 +6,10 @@ rule download_model:
     benchmark:
         out("benchmarks/download_model/{model}.tsv")
     wildcard_constraints:
-        model=alternation(names_of("hub", "models")),
+        model=WIRE.names_of("hub", "models"),
     localrule: True
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: 1
     resources:
         mem_mb=1000,
@@ -21,9 +23,33 @@ rule download_model:
         "../scripts/download_model.py"
 
 
-rule build_toy_model:
+rule build_toy_tokenizer:
     input:
         train="resources/data/arith/train.jsonl",
+    output:
+        tokenizer=directory(out("tokenizers/{model}")),
+    log:
+        out("logs/build_toy_tokenizer/{model}.log"),
+    benchmark:
+        out("benchmarks/build_toy_tokenizer/{model}.tsv")
+    wildcard_constraints:
+        model=WIRE.names_of("toy", "models"),
+    conda:
+        "../envs/batched-reasoning.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime="10m",
+    params:
+        vocab_size=config["toy"]["vocab_size"],
+        code=CODE["build_toy_tokenizer"],
+    script:
+        "../scripts/build_toy_tokenizer.py"
+
+
+rule build_toy_model:
+    input:
+        tokenizer=out("tokenizers/{model}"),
     output:
         init=directory(out("seed{seed}/pretrain/{model}/init")),
     log:
@@ -31,14 +57,16 @@ rule build_toy_model:
     benchmark:
         out("seed{seed}/benchmarks/build_toy_model/{model}.tsv")
     wildcard_constraints:
-        model=alternation(names_of("toy", "models")),
+        model=WIRE.names_of("toy", "models"),
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: 1
     resources:
         mem_mb=1000,
         runtime="10m",
     params:
         architecture=config["toy"],
-        seed=seed_of,
+        seed=WIRE.seed_of,
         code=CODE["build_toy_model"],
     script:
         "../scripts/build_toy_model.py"
@@ -62,23 +90,18 @@ rule pretrain:
     benchmark:
         out("seed{seed}/benchmarks/pretrain/{model}.tsv")
     wildcard_constraints:
-        model=alternation(names_of("toy", "models")),
+        model=WIRE.names_of("toy", "models"),
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: config["threads"]
     resources:
         mem_mb=2000,
         runtime="1h",
         gpu=1 if config["pretrain"]["device"] == "cuda" else 0,
     params:
+        **PLAN.settings("pretrain"),
         checkpoints=out("seed{seed}/pretrain/{model}/checkpoints"),
-        steps=config["pretrain"]["steps"],
-        batch_size=config["pretrain"]["batch_size"],
-        lr=config["pretrain"]["lr"],
-        warmup=config["pretrain"]["warmup"],
-        weight_decay=config["pretrain"]["weight_decay"],
-        worked_share=config["pretrain"]["worked_share"],
-        checkpoint_every=config["pretrain"]["checkpoint_every"],
-        device=config["pretrain"]["device"],
-        seed=seed_of,
+        seed=WIRE.seed_of,
         code=CODE["pretrain"],
     script:
         "../scripts/pretrain.py"

@@ -1,13 +1,13 @@
 rule self_consistency:
     input:
-        model=model_input,
-        records=dataset_file,
+        model=WIRE.model_input,
+        records=WIRE.dataset_file,
     output:
-        records=out(
-            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl"
+        samples=out(
+            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/samples.jsonl"
         ),
         metrics=out(
-            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json"
+            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/sampling.json"
         ),
     log:
         out(
@@ -17,17 +17,19 @@ rule self_consistency:
         out(
             "seed{seed}/benchmarks/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
         )
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: config["threads"]
     resources:
         **PARTITION,
         timing=1,
-        mem_mb=generation_resource("self_consistency", "mem_mb"),
+        mem_mb=WIRE.generation_resource("self_consistency", "mem_mb"),
         runtime="4h",
-        gpu=generation_resource("self_consistency", "gpu"),
+        gpu=WIRE.generation_resource("self_consistency", "gpu"),
     params:
-        dtype=dtype_of,
-        compile=compile_of,
-        prompt_style=prompt_style_of,
+        dtype=WIRE.dtype_of,
+        compile=WIRE.compile_of,
+        prompt_style=WIRE.prompt_style_of,
         num_samples=SC["num_samples"],
         temperature=SC["temperature"],
         top_p=SC["top_p"],
@@ -35,7 +37,46 @@ rule self_consistency:
         prompt_suffix=SC["prompt_suffix"],
         early_stop=SC["early_stop"],
         limit=SC["limit"],
-        seed=seed_of,
+        seed=WIRE.seed_of,
         code=CODE["self_consistency"],
     script:
         "../scripts/self_consistency.py"
+
+
+# Voting and grading in a job of their own: a change to the grader regrades, and samples nothing
+# again.
+rule vote:
+    input:
+        problems=WIRE.dataset_file,
+        samples=out(
+            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/samples.jsonl"
+        ),
+        sampling=out(
+            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/sampling.json"
+        ),
+    output:
+        records=out(
+            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl"
+        ),
+        metrics=out(
+            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json"
+        ),
+    log:
+        out(
+            "seed{seed}/logs/vote/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log"
+        ),
+    benchmark:
+        out(
+            "seed{seed}/benchmarks/vote/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.tsv"
+        )
+    localrule: True
+    conda:
+        "../envs/batched-reasoning.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime="30m",
+    params:
+        code=CODE["vote"],
+    script:
+        "../scripts/vote.py"

@@ -15,7 +15,7 @@ for stage, category in TABLE_CATEGORIES.items():
         name:
             f"{stage}_table"
         input:
-            unpack(table_inputs(stage)),
+            unpack(WIRE.table_inputs(stage)),
         output:
             tsv=report(
                 out(f"tables/{stage}.tsv"),
@@ -37,6 +37,8 @@ for stage, category in TABLE_CATEGORIES.items():
         benchmark:
             out(f"benchmarks/tables/{stage}.tsv")
         localrule: True
+        conda:
+            "../envs/batched-reasoning.yaml"
         threads: 1
         resources:
             mem_mb=1000,
@@ -75,6 +77,8 @@ rule story_table:
     benchmark:
         out("benchmarks/tables/story.tsv")
     localrule: True
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: 1
     resources:
         mem_mb=1000,
@@ -109,6 +113,8 @@ rule autotune_table:
     benchmark:
         out("benchmarks/tables/autotune.tsv")
     localrule: True
+    conda:
+        "../envs/batched-reasoning.yaml"
     threads: 1
     resources:
         mem_mb=1000,

@@ -3,6 +3,6 @@ from batched_reasoning.world.toy import build_toy_model
 
 with log_to(snakemake.log[0]):
     build_toy_model(
-        snakemake.input.train, snakemake.output.init,
+        snakemake.input.tokenizer, snakemake.output.init,
         architecture=dict(snakemake.params.architecture), seed=snakemake.params.seed,
     )

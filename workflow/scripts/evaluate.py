@@ -3,8 +3,8 @@ from batched_reasoning.core.io import log_to
 
 with log_to(snakemake.log[0]):
     evaluate(
-        snakemake.input.model, snakemake.input.batches, snakemake.input.records,
-        snakemake.input.stats, snakemake.output.records, snakemake.output.metrics,
+        snakemake.input.model, snakemake.input.batches, snakemake.input.stats,
+        snakemake.output.generations, snakemake.output.metrics,
         strategy=snakemake.wildcards.strategy,
         batch_size=int(snakemake.wildcards.batch_size),
         device=snakemake.wildcards.device,

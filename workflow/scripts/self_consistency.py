@@ -4,7 +4,7 @@ from batched_reasoning.stages.self_consistency import self_consistency
 with log_to(snakemake.log[0]):
     self_consistency(
         snakemake.input.model, snakemake.input.records,
-        snakemake.output.records, snakemake.output.metrics,
+        snakemake.output.samples, snakemake.output.metrics,
         strategy=snakemake.wildcards.strategy,
         batch_size=int(snakemake.wildcards.batch_size),
         device=snakemake.wildcards.device,

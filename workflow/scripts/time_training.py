@@ -12,7 +12,7 @@ with log_to(snakemake.log[0]):
         snakemake.output.metrics,
         config=params.config,
         **{settings: params.settings},
-        timed_steps=params.config["timed_steps"],
+        timed_steps=params.timed_steps,
         device=wildcards.device,
         dtype=params.dtype,
         threads=snakemake.threads,

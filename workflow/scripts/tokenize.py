@@ -3,7 +3,7 @@ from batched_reasoning.core.io import log_to
 
 with log_to(snakemake.log[0]):
     tokenize(
-        snakemake.input.model, snakemake.input.records,
+        snakemake.input.tokenizer, snakemake.input.records,
         snakemake.output.batches, snakemake.output.stats,
         prompt_style=snakemake.params.prompt_style,
         batch_size=int(snakemake.wildcards.batch_size),

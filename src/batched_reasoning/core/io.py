@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -28,6 +29,27 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty folder beside `path`; it replaces `path` only if the block succeeds, so a
+    killed job never leaves a folder that looks complete but is not."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        yield staging
+        backup = path.with_name(f".{path.name}.old")
+        shutil.rmtree(backup, ignore_errors=True)
+        if path.exists():
+            path.rename(backup)
+        staging.rename(path)
+        shutil.rmtree(backup, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def write_json(obj, path: str | os.PathLike) -> None:

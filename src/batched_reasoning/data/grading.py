@@ -1,143 +1,14 @@
-"""Answer extraction, normalisation and grading for math benchmarks.
+"""Grading: whether an extracted answer equals the reference answer.
 
-Extraction is our own (last ``\\boxed{}``, else last number) so that it behaves the
-same on every model's output; equivalence checking is delegated to math-verify,
-which parses LaTeX into sympy and knows the many ways one answer can be written.
+Equivalence checking is delegated to math-verify (LaTeX parsed into sympy), except for plain
+integers, which are compared directly. Its own module, so a change to grading regrades every
+run (the `grade` and `vote` jobs) and generates nothing again.
 """
 
 from __future__ import annotations
 
-import functools
-import re
-import threading
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import sympy
-
-
-# math-verify bounds each parse/compare with signal.alarm, which raises outside the
-# main thread; there we run without its timeout rather than fail every answer.
-_MAIN_THREAD_TIMEOUT_S = 5
-
-_NUMBER = re.compile(
-    r"(?<![\w.])-?"  # a leading minus only when it is not a binary minus ("5-3")
-    r"(?:\d{1,3}(?:,\d{3})+|\d+)"  # 1,000 style thousands separators, or plain digits
-    r"(?:\.\d+)?"
-    r"(?:/\d+)?"  # simple fractions such as 3/4
-)
-
-
-def _timeout() -> int | None:
-    return _MAIN_THREAD_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
-
-
-def _strip(answer: str) -> str:
-    """Remove whitespace and unescaped surrounding ``$`` (but keep a ``\\$`` currency sign)."""
-    answer = answer.strip()
-    while answer.startswith("$"):
-        answer = answer[1:].strip()
-    while answer.endswith("$") and not answer.endswith("\\$"):
-        answer = answer[:-1].strip()
-    return answer
-
-
-def _braced(text: str, start: int) -> str | None:
-    """Content of the brace group opening at ``text[start]``; None if it is never closed.
-
-    Backslash escapes (``\\{``, ``\\}``, ``\\\\``) are skipped so set braces and matrix
-    row breaks inside an answer do not end it early.
-    """
-    depth = 0
-    i = start
-    while i < len(text):
-        char = text[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i]
-        i += 1
-    return None
-
-
-def _last_boxed(text: str) -> str | None:
-    """Content of the last complete, non-empty ``\\boxed{...}`` or ``\\boxed token``."""
-    for match in reversed(list(re.finditer(r"\\boxed", text))):
-        rest = match.end()
-        if text.startswith("{", rest):
-            content = _braced(text, rest)
-        else:
-            token = re.match(r"\s+([^\s$]+)", text[rest:])
-            content = token.group(1) if token else None
-        if content is not None and _strip(content):
-            return _strip(content)
-    return None
-
-
-def extract_answer(text: str) -> str | None:
-    """The model's final answer: last ``\\boxed{}`` content, else last number, else None.
-
-    Models are prompted to box their answer; the number fallback still gives partial
-    credit to outputs that state the answer without boxing it (or were truncated).
-    """
-    boxed = _last_boxed(text)
-    if boxed is not None:
-        return boxed
-    numbers = _NUMBER.findall(text)
-    return numbers[-1].replace(",", "") if numbers else None
-
-
-# Plain integers need no parser: they are compared and normalised directly, so a job whose
-# answers are all integers (the toy's) never imports math-verify and sympy (~0.7 s).
-_INTEGER = re.compile(r"-?\d+")
-
-
-@functools.lru_cache(maxsize=65536)
-def _parse(answer: str) -> tuple:
-    """math-verify parse of a bare answer; boxing it makes bare LaTeX (``\\frac12``) parse."""
-    from math_verify import parse
-
-    return tuple(parse(f"$\\boxed{{{answer}}}$", parsing_timeout=_timeout()))
-
-
-def _canonical(expr: sympy.Basic) -> sympy.Basic:
-    """Exact, printable representative: floats become rationals, ``x = 5`` becomes 5."""
-    import sympy
-
-    if isinstance(expr, sympy.Eq) and isinstance(expr.lhs, sympy.Symbol):
-        expr = expr.rhs
-    floats = expr.atoms(sympy.Float)
-    if floats:
-        expr = expr.xreplace({f: sympy.nsimplify(f, rational=True) for f in floats})
-    return expr
-
-
-@functools.lru_cache(maxsize=65536)
-def normalize_answer(answer: str | None) -> str | None:
-    """Voting key: equal answers (``1/2``, ``\\frac{1}{2}``, ``0.5``) share one string.
-
-    Unparseable answers fall back to the answer with all whitespace removed, so voting
-    still works on free-text answers; never raises.
-    """
-    if answer is None:
-        return None
-    answer = _strip(answer)
-    if _INTEGER.fullmatch(answer):
-        return str(int(answer))
-    import sympy
-
-    try:
-        parsed = _parse(answer)
-        if parsed and isinstance(parsed[0], (sympy.Basic, sympy.MatrixBase)):
-            return str(_canonical(parsed[0]))
-    except Exception:  # a voting key must never crash an evaluation run
-        pass
-    return re.sub(r"\s+", "", answer)
+from .answers import (INTEGER, extract_answer, majority_vote, parse_answer, parse_timeout,
+                      strip_answer)
 
 
 def is_correct(extracted: str | None, truth: str) -> bool:
@@ -148,16 +19,29 @@ def is_correct(extracted: str | None, truth: str) -> bool:
     """
     if extracted is None:
         return False
-    gold_text, pred_text = _strip(str(truth)), _strip(extracted)
-    if _INTEGER.fullmatch(gold_text) and _INTEGER.fullmatch(pred_text):
+    gold_text, pred_text = strip_answer(str(truth)), strip_answer(extracted)
+    if INTEGER.fullmatch(gold_text) and INTEGER.fullmatch(pred_text):
         return int(gold_text) == int(pred_text)
     from math_verify import verify
 
     try:
-        gold = _parse(_strip(str(truth)))
-        pred = _parse(_strip(extracted))
+        gold = parse_answer(strip_answer(str(truth)))
+        pred = parse_answer(strip_answer(extracted))
         if not gold or not pred:
             return False
-        return bool(verify(list(gold), list(pred), timeout_seconds=_timeout()))
+        return bool(verify(list(gold), list(pred), timeout_seconds=parse_timeout()))
     except Exception:
         return False
+
+
+def correct_answers(problems: list[dict], keys: list[tuple[int, int]], texts: list[str],
+                    num_samples: int) -> list[bool]:
+    """Per problem of a timed workload, whether its answer is right: the greedy answer, or
+    the samples' vote (`keys`: each text's problem and sample)."""
+    answers: dict[int, list] = {}
+    for (p, _), text in zip(keys, texts):
+        answers.setdefault(p, []).append(extract_answer(text))
+    if num_samples == 1:
+        return [is_correct(answers[p][0], problems[p]["answer"]) for p in sorted(answers)]
+    return [is_correct(majority_vote(answers[p]).answer, problems[p]["answer"])
+            for p in sorted(answers)]

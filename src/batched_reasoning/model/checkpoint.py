@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from ..core.io import atomic_path
+from ..core.io import atomic_dir, atomic_path
 from .config import Qwen3Config, resolve_dtype
 from .qwen3 import Qwen3
 
@@ -99,27 +99,16 @@ def save_model(model: Qwen3, directory: str | Path, source: str | Path | None = 
     """
     if model.packed:
         raise ValueError(f"cannot save {directory}: the model's weights are packed for inference")
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = directory.with_name(f".{directory.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     if model.cfg.tie_word_embeddings:
         state.pop("lm_head.weight")
-    with atomic_path(staging / WEIGHTS) as tmp:  # for the file mode: staging is atomic already
-        save_file(state, tmp, metadata={"format": "pt"})
     source_config = Path(source) / "config.json" if source is not None else None
     config = json.loads(source_config.read_text()) if source_config and source_config.is_file() else {}
     config |= model.cfg.to_dict() | {"torch_dtype": str(model.dtype).removeprefix("torch.")}
-    (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    if source is not None:
-        for name in COMPANION_FILES:
+    with atomic_dir(directory) as staging:
+        with atomic_path(staging / WEIGHTS) as tmp:  # for the file mode: staging is atomic already
+            save_file(state, tmp, metadata={"format": "pt"})
+        (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        for name in COMPANION_FILES if source is not None else ():
             if (Path(source) / name).is_file():
                 shutil.copy2(Path(source) / name, staging / name)
-    backup = directory.with_name(f".{directory.name}.old")
-    shutil.rmtree(backup, ignore_errors=True)
-    if directory.exists():
-        directory.rename(backup)
-    staging.rename(directory)
-    shutil.rmtree(backup, ignore_errors=True)

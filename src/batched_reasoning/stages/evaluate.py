@@ -1,4 +1,7 @@
-"""Stage `evaluate`: generate over the tokenized batches (`tokenization`), grade."""
+"""Stage `evaluate`: greedy generation over the tokenized batches (`tokenization`).
+
+It writes the answers and how they were made; the `grade` job (`stages.grade`) judges them, so
+a change to the grader never generates again."""
 
 from __future__ import annotations
 
@@ -10,8 +13,7 @@ import torch
 from ..model.checkpoint import load_model
 from ..core.devices import resolve_device
 from ..engine.generation import generate
-from ..data.grading import extract_answer, is_correct
-from ..core.io import read_json, read_jsonl, write_json, write_jsonl
+from ..core.io import read_json, write_json, write_jsonl
 from ..core.memory import PeakMemory
 from ..model.memory_model import baseline_mb, predict_peak_mb
 from ..data.prompts import TextTokenizer
@@ -19,35 +21,24 @@ from ..core.provenance import run_info
 from .tokenization import load_batches
 
 
-def graded(records: list[dict], result, tokenizer: TextTokenizer) -> list[dict]:
-    """One output record per problem: its answer, the answer extracted and graded, its greedy
-    margins and latency."""
-    outputs = []
-    for index, (record, tokens) in enumerate(zip(records, result.tokens)):
-        text = tokenizer.decode(tokens)
-        extracted = extract_answer(text)
-        outputs.append({
-            "index": index, "problem": record["problem"], "gtruth_answer": record["answer"],
-            "level": record.get("level"), "generated_text": text, "generated_ids": tokens,
-            "margins": result.margins[index],
-            "extracted": extracted, "correct": is_correct(extracted, record["answer"]),
-            "latency_seconds": result.latency[index],
-        })
-    return outputs
+def generations(result, tokenizer: TextTokenizer) -> list[dict]:
+    """One record per problem: its answer, greedy margins and latency."""
+    return [{"index": index, "generated_text": tokenizer.decode(tokens), "generated_ids": tokens,
+             "margins": result.margins[index], "latency_seconds": result.latency[index]}
+            for index, tokens in enumerate(result.tokens)]
 
 
 def evaluate(
-    model_dir: str, batches_path: str, records_path: str, stats_path: str,
-    out_records: str, out_metrics: str, *,
+    model_dir: str, batches_path: str, stats_path: str, out_generations: str,
+    out_metrics: str, *,
     strategy: str, batch_size: int, device: str, dtype: str, max_new_tokens: int,
     prompt_style: str, threads: int, params: dict, labels: dict, compile: str = "off",
 ) -> dict:
-    """Greedy generation over the padded batches; one graded record per problem plus metrics.
+    """Greedy generation over the padded batches; one record per problem plus metrics.
     `compile` is how decode steps run (`engine.compiled`)."""
     torch_device = resolve_device(device)  # fail before any work
     torch.set_num_threads(threads)
     prompts, order = load_batches(batches_path)
-    records = read_jsonl(records_path)[: len(prompts)]
     tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
     model = load_model(model_dir, dtype=dtype, device=torch_device)
     baseline = baseline_mb(model)
@@ -60,12 +51,9 @@ def evaluate(
             pad_token_id=tokenizer.pad_token_id, progress=True, compile=compile,
         )
         wall = time.perf_counter() - start
-    outputs = graded(records, result, tokenizer)
-    write_jsonl(outputs, out_records)
+    write_jsonl(generations(result, tokenizer), out_generations)
     metrics = labels | {
-        "n_problems": len(outputs),
-        "accuracy": float(np.mean([o["correct"] for o in outputs])),
-        "accuracy_by_level": accuracy_by_level(outputs),
+        "n_problems": len(prompts),
         "wall_seconds": wall,
         "prefill_seconds": result.prefill_seconds,
         "decode_seconds": result.decode_seconds,
@@ -94,10 +82,3 @@ def evaluate(
     write_json(metrics, out_metrics)
     return metrics
 
-
-def accuracy_by_level(outputs: list[dict]) -> dict[str, float]:
-    levels = sorted({o["level"] for o in outputs if o.get("level") is not None})
-    return {
-        str(level): float(np.mean([o["correct"] for o in outputs if o["level"] == level]))
-        for level in levels
-    }

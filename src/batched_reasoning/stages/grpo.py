@@ -25,7 +25,8 @@ from ..training import distributed
 from ..model.checkpoint import save_model
 from ..core.devices import synchronize
 from ..engine.generation import generate
-from ..data.grading import extract_answer, is_correct
+from ..data.answers import extract_answer
+from ..data.grading import is_correct
 from ..core.io import atomic_path, read_jsonl, write_json
 from ..core.memory import PeakMemory
 from ..engine.padding import left_pad

@@ -1,4 +1,6 @@
-"""Stage `self_consistency` (book chapter 4, Appendix E.5): sample many answers, majority vote.
+"""Stage `self_consistency` (book chapter 4, Appendix E.5): sample many answers per problem.
+
+The `vote` job (`stages.grade`) then takes the majority vote and grades it.
 
 Every (problem, sample) pair is one prompt for `generate`, so a batch holds samples of several
 problems at once. A sample's random stream is keyed by (seed, problem, sample) alone, so the same
@@ -18,46 +20,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from ..model.checkpoint import load_model
 from ..core.devices import resolve_device
 from ..engine.generation import Greedy, generate
-from ..data.grading import extract_answer, is_correct, normalize_answer
+from ..data.answers import extract_answer, is_decided
 from ..core.io import read_jsonl, write_json, write_jsonl
 from ..core.memory import PeakMemory
 from ..data.prompts import TextTokenizer, format_prompt
 from ..core.provenance import run_info
 from ..engine.sampling import TopP
-
-
-@dataclass
-class Vote:
-    winner: str | None  # normalised answer with the most votes (None: no sample had an answer)
-    answer: str | None  # the winner as the first sample that voted for it wrote it
-    counts: dict[str, int]  # votes per normalised answer, in order of first appearance
-
-
-def majority_vote(answers: list[str | None]) -> Vote:
-    """Vote on normalised answers; samples without an answer abstain; ties go to the earliest."""
-    counts: dict[str, int] = {}
-    first: dict[str, str] = {}
-    for answer in answers:
-        key = normalize_answer(answer)
-        if key is not None:
-            counts[key] = counts.get(key, 0) + 1
-            first.setdefault(key, answer)
-    if not counts:
-        return Vote(None, None, {})
-    winner = max(counts, key=counts.get)  # first maximum in insertion (= appearance) order
-    return Vote(winner, first[winner], counts)
-
-
-def is_decided(answers: list[str | None], num_samples: int) -> bool:
-    """Whether one answer already holds a strict majority of all `num_samples` samples."""
-    counts = majority_vote(answers).counts
-    return bool(counts) and 2 * max(counts.values()) > num_samples
 
 
 def sampling_rounds(num_samples: int, early_stop: bool) -> list[range]:
@@ -132,37 +105,16 @@ def sample_answers(
     return samples
 
 
-def grade_problem(index: int, record: dict, texts: list[str]) -> dict:
-    """One output record: every sample, the vote, and whether the vote and sample 1 are right."""
-    answers = [extract_answer(t) for t in texts]
-    vote = majority_vote(answers)
-    return {
-        "index": index, "problem": record["problem"], "gtruth_answer": record["answer"],
-        "level": record.get("level"),
-        "samples": [{"text": t, "extracted": a} for t, a in zip(texts, answers)],
-        "votes": vote.counts, "winner": vote.winner, "winner_answer": vote.answer,
-        "correct": is_correct(vote.answer, record["answer"]),
-        "first_sample_correct": is_correct(answers[0], record["answer"]),
-        "samples_used": len(texts),
-    }
-
-
-def agreement(output: dict) -> float:
-    """Share of a problem's samples that voted for the winner (0 when nobody answered)."""
-    if output["winner"] is None:
-        return 0.0
-    return output["votes"][output["winner"]] / output["samples_used"]
-
-
 def self_consistency(
-    model_dir: str, records_path: str, out_records: str, out_metrics: str, *,
+    model_dir: str, records_path: str, out_samples: str, out_metrics: str, *,
     strategy: str, batch_size: int, device: str, dtype: str, num_samples: int,
     temperature: float, top_p: float, max_new_tokens: int, prompt_style: str, prompt_suffix: str,
     seed: int, early_stop: bool, limit: int | None, threads: int, params: dict, labels: dict,
     compile: str = "off",
 ) -> dict:
-    """Sample, vote and grade every problem; write one record per problem plus run metrics.
-    `compile` is how decode steps run (`engine.compiled`)."""
+    """Sample every problem; write its samples (one record per problem) and the run's metrics.
+    The `vote` job (`stages.grade`) votes and grades. `compile` is how decode steps run
+    (`engine.compiled`)."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     sampler = make_sampler(temperature, top_p, seed)
@@ -182,18 +134,14 @@ def self_consistency(
             early_stop=early_stop, progress=True, compile=compile,
         )
         wall = time.perf_counter() - start
-    outputs = [grade_problem(i, r, t) for i, (r, t) in enumerate(zip(records, samples.texts))]
-    write_jsonl(outputs, out_records)
-    used = sum(o["samples_used"] for o in outputs)
+    write_jsonl([{"index": i, "texts": texts} for i, texts in enumerate(samples.texts)],
+                out_samples)
+    used = sum(map(len, samples.texts))
     metrics = labels | {
-        "n_problems": len(outputs),
+        "n_problems": len(records),
         "num_samples": num_samples,
-        "accuracy": float(np.mean([o["correct"] for o in outputs])),
-        "first_sample_accuracy": float(np.mean([o["first_sample_correct"] for o in outputs])),
-        "mean_agreement": float(np.mean([agreement(o) for o in outputs])),
-        "accuracy_at_k": accuracy_at_k(outputs, num_samples),
         "samples_used": used,
-        "samples_saved": num_samples * len(outputs) - used,
+        "samples_saved": num_samples * len(records) - used,
         "early_stop": early_stop,
         "rounds": samples.rounds,
         "batches": samples.batches,
@@ -214,17 +162,3 @@ def self_consistency(
     write_json(metrics, out_metrics)
     return metrics
 
-
-def accuracy_at_k(outputs: list[dict], num_samples: int) -> list[float]:
-    """Vote accuracy over the first k samples, k = 1..num_samples, from a run's records.
-
-    A problem stopped early has fewer samples; past them its vote stays the recorded (final) one.
-    """
-    accuracy = []
-    for k in range(1, num_samples + 1):
-        correct = []
-        for o in outputs:
-            vote = majority_vote([s["extracted"] for s in o["samples"][:k]])
-            correct.append(is_correct(vote.answer, o["gtruth_answer"]))
-        accuracy.append(float(np.mean(correct)))
-    return accuracy

@@ -15,15 +15,17 @@ from ..data.prompts import TextTokenizer, format_prompt
 
 
 def tokenize(
-    model_dir: str, records_path: str, out_batches: str, out_stats: str, *,
+    tokenizer_dir: str, records_path: str, out_batches: str, out_stats: str, *,
     prompt_style: str, batch_size: int, sort_by_length: bool, limit: int | None,
 ) -> None:
-    """Write the left-padded batches (safetensors) and padding statistics (JSON).
+    """Write the left-padded batches (safetensors) and padding statistics (JSON). It reads
+    only the tokenizer (`tokenizer_dir`: tokenizer.json and the end tokens a checkpoint
+    declares), so a model's new weights or code tokenize nothing again.
 
     Statistics cover both input order and length-sorted order, so the padding that sorting saves
     is visible whichever the config picks.
     """
-    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
+    tokenizer = TextTokenizer.from_model_dir(tokenizer_dir, prompt_style)
     records = read_jsonl(records_path)[:limit]
     prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style)) for r in records]
     lengths = [len(p) for p in prompts]

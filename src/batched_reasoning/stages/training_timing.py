@@ -71,7 +71,8 @@ def time_grpo(model_dir: str, train_path: str, out_metrics: str, *, config: dict
               threads: int, prompt_style: str, seed: int, repeats: Repeats, params: dict,
               labels: dict) -> dict:
     """GRPO's first `timed_steps` steps with rollouts one at a time (`sequential`) and under
-    each (strategy, batch size) of `settings`; `config` is the stage's config section."""
+    each (strategy, batch size) of `settings`; `config` is the stage's settings
+    (`Plan.settings`)."""
     torch_device = resolve_device(device)
     torch.set_num_threads(threads)
     tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
@@ -106,7 +107,7 @@ def time_distill(model_dir: str, teacher_path: str, out_metrics: str, *, config:
                  threads: int, prompt_style: str, seed: int, repeats: Repeats, params: dict,
                  labels: dict) -> dict:
     """Distillation's first `timed_steps` steps with one example at a time (batch size 1) and
-    at each of `batch_sizes`; `config` is the stage's config section."""
+    at each of `batch_sizes`; `config` is the stage's settings (`Plan.settings`)."""
     torch_device = resolve_device(device)
     torch.set_num_threads(threads)
     tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)

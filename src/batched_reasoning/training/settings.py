@@ -67,6 +67,15 @@ class Settings:
             raise KeyError(f"{cls.__name__}: params lack {', '.join(missing)}")
         return cls(**{name: given[name] if name in given else params[name] for name in names})
 
+    @classmethod
+    def configured(cls, section: Mapping) -> dict:
+        """This class's settings that a config section holds (defaults filled in by the
+        schema): the rule's params, so changing one reruns the stage and changing any other
+        key of the section (its batch sizes, its strategies) reruns none of its runs. A new
+        setting then touches three places: the schema, this class, the code that uses it."""
+        return {field.name: section[field.name] for field in dataclasses.fields(cls)
+                if field.name in section}
+
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 

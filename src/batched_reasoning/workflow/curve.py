@@ -13,13 +13,14 @@ import pandas as pd
 from .names import machine_label
 from ..core.io import read_json, read_jsonl
 from ..core.plots import save_figure, subplots
-from ..core.timing import Summary, winner
+from ..core.timing import Summary, summarize, winner
+from ..data.grading import correct_answers
 from .tables import compare_answer, with_interval
 
 # Rows that may be compared with each other.
 SAME_SETUP = ["seed", "model", "dataset", "device", "dtype", "threads", "machine"]
 KEYS = SAME_SETUP + ["strategy", "batch_size"]
-TIMED = ("tokens_per_s", "correct_per_s", "completion_p50_s", "completion_p95_s",
+TIMED = ("tokens_per_s", "completion_p50_s", "completion_p95_s",
          "completion_p99_s", "service_p50_s", "ttft_p50_s", "tpot_p50_ms", "decode_step_ms",
          "decode_share", "wall_s")
 COMPACT = {"machine": "machine", "model": "model", "device": "device", "threads": "threads",
@@ -33,13 +34,17 @@ COMPACT = {"machine": "machine", "model": "model", "device": "device", "threads"
            "speedup": "× sequential", "best": "best"}
 
 
-def points(metrics_paths: list[str], records_paths: list[str]) -> pd.DataFrame:
+def points(metrics_paths: list[str], records_paths: list[str],
+           problems_paths: list[str | None] | None = None) -> pd.DataFrame:
     """One row per strategy of every point: its keys, each timed number's median and interval
-    (`x`, `x_lo`, `x_hi`), memory, workload shape and its answers (`outputs`, `margins`)."""
+    (`x`, `x_lo`, `x_hi`), memory, workload shape and its answers (`outputs`, `margins`); given
+    a point's problems, its answers graded (`graded`)."""
     rows = []
-    for metrics_path, records_path in zip(metrics_paths, records_paths):
+    for index, (metrics_path, records_path) in enumerate(zip(metrics_paths, records_paths)):
         point = read_json(metrics_path)
         records = read_jsonl(records_path)
+        problems = (read_jsonl(problems_paths[index])
+                    if problems_paths and problems_paths[index] else None)
         for run in point["runs"]:
             mine = [r for r in records if r["strategy"] == run["strategy"]]
             row = {"seed": int(point["seed"]), "model": point["model"],
@@ -58,7 +63,6 @@ def points(metrics_paths: list[str], records_paths: list[str]) -> pd.DataFrame:
                         f"{name}_hi": summary["high"]}
             row |= {
                 "spread": Summary(**run["summaries"]["tokens_per_s"]).relative_half_width,
-                "subset_accuracy": run["accuracy"],
                 "peak_mem_mb": run["peak_memory_mb"], "kv_cache_mb": run["kv_cache_mb"],
                 "predicted_mem_mb": run["predicted_peak_memory_mb"],
                 "memory_model_error": run["predicted_peak_memory_mb"] / run["peak_memory_mb"] - 1,
@@ -73,8 +77,20 @@ def points(metrics_paths: list[str], records_paths: list[str]) -> pd.DataFrame:
                 "outputs": [r["generated_ids"] for r in mine],
                 "margins": [r["margins"] for r in mine],
             }
+            if problems is not None:
+                row |= graded(run, mine, problems, point["num_samples"])
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def graded(run: dict, answers: list[dict], problems: list[dict], num_samples: int) -> dict:
+    """A timed run's accuracy on its problems and its goodput (correct answers per second, per
+    repeat), graded here rather than when timed: a change to the grader times nothing again."""
+    keys = [tuple(a["key"]) for a in answers]
+    right = correct_answers(problems, keys, [a["generated_text"] for a in answers], num_samples)
+    goodput = summarize([sum(right) / repeat["wall_s"] for repeat in run["samples"]])
+    return {"subset_accuracy": sum(right) / len(right), "correct_per_s": goodput.median,
+            "correct_per_s_lo": goodput.low, "correct_per_s_hi": goodput.high}
 
 
 def median_of(run: dict, name: str) -> float:
@@ -123,10 +139,11 @@ def best_marks(table: pd.DataFrame) -> pd.Series:
 
 
 def curve_table(metrics_paths: list[str], records_paths: list[str],
+                problems_paths: list[str | None] | None = None,
                 accuracy: dict[tuple, dict] | None = None, skipped: list[dict] = ()) -> pd.DataFrame:
     """Every point's strategies, each against the one-at-a-time run of its setup: speedup with
     its interval, whether its answers equal that run's, the best or tied rows marked."""
-    table = points(metrics_paths, records_paths)
+    table = points(metrics_paths, records_paths, problems_paths)
     if table.empty:  # every point skipped (memory budget), or none asked for
         return pd.DataFrame(list(skipped), columns=list(dict.fromkeys(
             KEYS + ["tokens_per_s", "note"] + [k for row in skipped for k in row])))
@@ -160,7 +177,7 @@ def compact(table: pd.DataFrame) -> pd.DataFrame:
     shown["tokens_per_s"] = [
         "" if pd.isna(value) else f"{value:.0f} [{low:.0f}, {high:.0f}]" for value, low, high
         in zip(shown["tokens_per_s"], shown["tokens_per_s_lo"], shown["tokens_per_s_hi"])]
-    if "accuracy" not in shown:
+    if "accuracy" not in shown and "subset_accuracy" in shown:
         shown["accuracy"] = shown["subset_accuracy"]
     if shown["speedup"].isna().all():
         shown = shown.drop(columns="speedup")

@@ -14,18 +14,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..core.io import read_json
 from .appendix_e import merge_tables
 from .curve import compact, curve_lines, curve_table, plot_curve
+from .names import dataset_path
 from .tables import write_table
 
 STAGES = {"evaluate": ("problems", 4), "self_consistency": ("problems x samples", 2)}
 
 
-def curve_files(results: list[Path], stage: str) -> tuple[list[str], list[str]]:
-    """Every curve point of `stage` in the `results` folders: metrics and records paths."""
-    metrics = sorted(str(p) for folder in results
-                     for p in folder.glob(f"seed*/curve/{stage}/**/metrics.json"))
-    return metrics, [str(Path(p).with_name("records.jsonl")) for p in metrics]
+def curve_files(results: list[Path], stage: str) -> tuple[list[str], list[str], list]:
+    """Every curve point of `stage` in the `results` folders: metrics and records paths, and
+    its problems where the run's folder still has them (`resources/` beside `results/`), so
+    its answers are graded (else the merged table has no accuracy nor goodput for it)."""
+    found = sorted((str(p), folder) for folder in results
+                   for p in folder.glob(f"seed*/curve/{stage}/**/metrics.json"))
+    problems = [folder.parent / dataset_path(read_json(p)["dataset"]) for p, folder in found]
+    return ([p for p, _ in found], [str(Path(p).with_name("records.jsonl")) for p, _ in found],
+            [str(path) if path.is_file() else None for path in problems])
 
 
 def merge(results: list[Path], out: Path) -> list[Path]:
@@ -35,10 +41,10 @@ def merge(results: list[Path], out: Path) -> list[Path]:
             raise SystemExit(f"merge: {folder} is not a folder (give the results/ folders)")
     written = []
     for stage, (unit, panels) in STAGES.items():
-        metrics, records = curve_files(results, stage)
+        metrics, records, problems = curve_files(results, stage)
         if not metrics:
             continue
-        table = curve_table(metrics, records)
+        table = curve_table(metrics, records, problems)
         out.mkdir(parents=True, exist_ok=True)
         plot_curve(table, str(out / f"{stage}.png"), f"Batching curves ({stage}), merged",
                    panels=panels)

@@ -17,3 +17,8 @@ def machine_label(record: dict) -> str:
         name += f" as {record['cpu_class']}"  # the same processor acting out another class
     threads = record["threads"]
     return f"{name}, {threads} thread{'s' if threads > 1 else ''}"
+
+
+def dataset_path(dataset: str, split: str = "test") -> str:
+    """Where a dataset's split is (every source writes the same layout)."""
+    return f"resources/data/{dataset}/{split}.jsonl"

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..model.config import QWEN3_SHAPES, Qwen3Config
 from ..model.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb, predict_training_mb
 from ..world.toy_tokenizer import QWEN3_SPECIAL_TOKENS
-from .names import student_name
+from .names import dataset_path, student_name
 
 GENERATION_STAGES = ("evaluate", "self_consistency")
 TRAINING_STAGES = ("grpo", "distill")
@@ -186,7 +186,7 @@ def check_shape(model_dir: str | Path, shape: str | dict, key: str) -> None:
 class Plan:
     """Every decision the workflow makes from its config, before any job runs."""
 
-    def __init__(self, config: dict, choice: Callable[[Probe], int] | None = None,
+    def __init__(self, config: dict, choice: Callable[[Probe], int | None] | None = None,
                  threads: int | None = None):
         """`threads`: what a timed job runs on (`--cores` may cap the config's `threads`)."""
         self.config = config
@@ -229,6 +229,13 @@ class Plan:
                     f"training problems: give datasets.{name} a `train` (source hub: a file of "
                     "a dataset repo, e.g. {repo_id: rasbt/math_full_minus_math500, filename: "
                     "...}; source local: {path: FILE})")
+        if config["distill"]["teacher"]["source"] == "arith-traces":
+            for name in config["distill"]["datasets"]:
+                if config["datasets"][name]["source"] != "arith":
+                    raise PlanError(
+                        f"config: distill.datasets names {name!r}, which is not an arith dataset, "
+                        "but distill.teacher.source arith-traces works arith problems: use "
+                        "teacher source hub or local for it")
         for name, entry in config["models"].items():
             if entry["source"] == "hub" and "shape" not in entry:
                 raise PlanError(
@@ -261,6 +268,14 @@ class Plan:
             return f"{seed_dir(seed, self.root)}/pretrain/{model}/model"
         return entry["path"] if entry["source"] == "local" else f"resources/models/{model}"
 
+    def tokenizer_dir(self, model: str) -> str:
+        """Where a model's tokenizer is: the toy's own job's output (one for every seed and
+        every student), else the checkpoint's folder, which holds it."""
+        base = self.base_model(model)
+        if self.config["models"][base]["source"] == "toy":
+            return f"{self.root}/tokenizers/{base}"
+        return self.model_dir(base, "", 0)
+
     def prompt_style(self, model: str) -> str:
         return self.config["models"][self.base_model(model)]["prompt_style"]
 
@@ -275,6 +290,15 @@ class Plan:
         if entry["source"] == "local":
             return Qwen3Config.from_file(Path(entry["path"]) / "config.json")
         return declared_shape(entry["shape"], f"models.{base}.shape")
+
+    def settings(self, stage: str) -> dict:
+        """A training stage's configured settings (`Settings.configured`): its rule's params."""
+        from ..stages.distill import DistillSettings
+        from ..stages.grpo import GRPOSettings
+        from ..stages.pretrain import PretrainSettings
+
+        kind = {"pretrain": PretrainSettings, "grpo": GRPOSettings, "distill": DistillSettings}
+        return kind[stage].configured(self.config[stage])
 
     # --- batch sizes, `auto` among them ---------------------------------------------------------
 
@@ -291,8 +315,8 @@ class Plan:
     def batch_sizes(self, stage: str, seed: int, model: str, dataset: str, device: str,
                     probed: bool = True, configured: list | None = None) -> list[int]:
         """A stage's batch sizes (`configured`, default its `batch_sizes`) for one model,
-        dataset and device: `auto` as its probe chose (left out when `probed` is False), each
-        size once."""
+        dataset and device: `auto` as its probe chose (left out when `probed` is False, or
+        while the probe has not run: `choice` gives None), each size once."""
         sizes = []
         for size in configured or self.config[stage]["batch_sizes"]:
             if size == "auto":
@@ -301,9 +325,16 @@ class Plan:
                 if self.choice is None:
                     raise PlanError(f"config: {stage}.batch_sizes has auto, which needs its probe")
                 size = self.choice(Probe(seed, stage, model, dataset, device, self.root))
-            if size not in sizes:
+            if size is not None and size not in sizes:
                 sizes.append(size)
         return sizes
+
+    def probe_paths(self, stage: str, seed: int, model: str, dataset: str,
+                    device: str) -> list[str]:
+        """The probe output a job of `stage` waits for when the stage has `auto` (none else)."""
+        if "auto" not in self.config[stage]["batch_sizes"]:
+            return []
+        return [Probe(seed, stage, model, dataset, device, self.root).path()]
 
     def chosen(self, stage: str, run) -> bool:
         """Whether `run`'s batch size is the one its stage's probe chose."""
@@ -465,7 +496,8 @@ class Plan:
     def curve_inputs(self, stage: str) -> dict[str, list[str]]:
         points = self.curve_points(stage)
         return {"points": [p.path("metrics.json") for p in points],
-                "point_records": [p.path("records.jsonl") for p in points]}
+                "point_records": [p.path("records.jsonl") for p in points],
+                "point_problems": [dataset_path(p.dataset) for p in points]}
 
     def accuracy_runs(self) -> list[GenerationRun]:
         """Evaluation's greedy run over the whole split, once per model, dataset and device:
@@ -518,7 +550,8 @@ class Plan:
         return {"evaluate": evaluate["points"], "evaluate_records": evaluate["point_records"],
                 "self_consistency": sampled["points"],
                 "self_consistency_records": sampled["point_records"],
-                "training": [t.path("metrics.json") for t in self.timed_trainings()]}
+                "training": [t.path("metrics.json") for t in self.timed_trainings()],
+                "autotune": [p.path() for p in self.probes()]}
 
     # --- the tables ------------------------------------------------------------------------------
 

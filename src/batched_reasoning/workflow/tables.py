@@ -476,7 +476,8 @@ def make_table(stage: str, inputs: dict, outputs: dict, skipped: list[dict] = ()
         from . import curve  # it builds on this module's helpers
         accuracy = (curve.accuracies(inputs["metrics"], inputs["records"])
                     if stage == "evaluate" else None)
-        table = curve.curve_table(inputs["points"], inputs["point_records"], accuracy, skipped)
+        table = curve.curve_table(inputs["points"], inputs["point_records"],
+                                  inputs["point_problems"], accuracy, skipped)
         greedy = stage == "evaluate"
         curve.plot_curve(table, outputs["plot"], "Batched generation: throughput, latency, memory"
                          if greedy else "Self-consistency: sequences in flight",

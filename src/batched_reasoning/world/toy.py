@@ -7,6 +7,7 @@ model.safetensors), so every stage treats it like Qwen3-0.6B.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -15,15 +16,8 @@ from torch import nn
 
 from ..model.checkpoint import save_model
 from ..model.config import Qwen3Config, new_model_config
-from ..core.io import read_jsonl
 from ..model.qwen3 import Qwen3
-from ..data.prompts import render_prompt
-from .toy_tokenizer import END_TOKEN, train_toy_tokenizer
-
-
-def training_text(record: dict) -> str:
-    """A problem as the model will see it (the book's prompt) followed by its worked solution."""
-    return f"{render_prompt(record['problem'])} {record['solution']}"
+from ..data.prompts import TextTokenizer
 
 
 def init_weights(model: Qwen3, seed: int, std: float = 0.02) -> Qwen3:
@@ -38,15 +32,17 @@ def init_weights(model: Qwen3, seed: int, std: float = 0.02) -> Qwen3:
     return model
 
 
-def build_toy_model(train_path: str, out_dir: str, *, architecture: dict, seed: int) -> None:
-    records = read_jsonl(train_path)
-    tokenizer = train_toy_tokenizer((training_text(r) for r in records), architecture["vocab_size"])
-    shape = Qwen3Config(**(architecture | {
-        "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True)}))
-    config = new_model_config(shape, end_token_id=tokenizer.token_to_id(END_TOKEN))
+def build_toy_model(tokenizer_dir: str, out_dir: str, *, architecture: dict, seed: int) -> None:
+    """A freshly initialised toy checkpoint around the toy's tokenizer (`build_toy_tokenizer`):
+    the vocabulary is the tokenizer's, the token that ends answers also pads."""
+    tokenizer = TextTokenizer.from_model_dir(tokenizer_dir)
+    vocab_size = tokenizer.tokenizer.get_vocab_size(with_added_tokens=True)
+    shape = Qwen3Config(**(architecture | {"vocab_size": vocab_size}))
+    config = new_model_config(shape, end_token_id=tokenizer.eos_token_id)
     torch.manual_seed(seed)
     model = init_weights(Qwen3(shape), seed)
     with tempfile.TemporaryDirectory() as source:
-        tokenizer.save(str(Path(source) / "tokenizer.json"))
         (Path(source) / "config.json").write_text(json.dumps(config, indent=2))
+        for name in ("tokenizer.json", "generation_config.json"):
+            shutil.copy2(Path(tokenizer_dir) / name, Path(source) / name)
         save_model(model, out_dir, source=source)

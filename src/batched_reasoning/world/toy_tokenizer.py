@@ -9,6 +9,8 @@ from the given texts, with a small vocabulary.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Iterable
 
 from tokenizers import (
@@ -23,7 +25,8 @@ from tokenizers import (
     trainers,
 )
 
-from ..data.prompts import BASE_END_TOKEN
+from ..core.io import atomic_dir, read_jsonl
+from ..data.prompts import BASE_END_TOKEN, render_prompt
 
 # Qwen3's added tokens in id order (151643..151668 in the real model), with their `special` flag
 # copied from Qwen3's tokenizer.json: tool-call and think tags are added tokens but NOT special,
@@ -106,3 +109,19 @@ def train_toy_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
         else:
             tokenizer.add_tokens([token])
     return tokenizer
+
+
+def training_text(record: dict) -> str:
+    """A problem as the model will see it (the book's prompt) followed by its worked solution."""
+    return f"{render_prompt(record['problem'])} {record['solution']}"
+
+
+def build_toy_tokenizer(train_path: str, out_dir: str, *, vocab_size: int) -> None:
+    """The toy's tokenizer as a checkpoint ships it: tokenizer.json and generation_config.json
+    (the token that ends answers). Its own job, so that prompts are tokenized again only when
+    the tokenizer changes, never when the model's code or weights do."""
+    tokenizer = train_toy_tokenizer((training_text(r) for r in read_jsonl(train_path)), vocab_size)
+    with atomic_dir(out_dir) as staging:
+        tokenizer.save(str(Path(staging) / "tokenizer.json"))
+        end = {"eos_token_id": tokenizer.token_to_id(END_TOKEN)}
+        (Path(staging) / "generation_config.json").write_text(json.dumps(end, indent=2) + "\n")
