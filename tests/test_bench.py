@@ -156,7 +156,7 @@ def varied_prompts():
 @pytest.mark.parametrize("strategy", ["batched", "batched_stop"])
 def test_book_generation_on_our_weights_equals_ours(eos_model, strategy, eos_token_id):
     pytest.importorskip("reasoning_from_scratch.qwen3_batched")
-    from batched_reasoning.model.book_compat import to_book_model
+    from batched_reasoning.bench.book_compat import to_book_model
 
     prompts = varied_prompts()
     ours = generate(eos_model, prompts, strategy="sequential", batch_size=1, max_new_tokens=16,
@@ -193,7 +193,7 @@ def test_forced_lengths_end_every_implementation_exactly_there(eos_model, tmp_pa
     """The end-boosted model would stop rows early; forcing overrides it both ways."""
     pytest.importorskip("transformers")
     pytest.importorskip("reasoning_from_scratch.qwen3_batched")
-    from batched_reasoning.model.book_compat import to_book_model
+    from batched_reasoning.bench.book_compat import to_book_model
 
     prompts = varied_prompts()
     lengths = [5, 1, 12, 3, 8, 2, 9]

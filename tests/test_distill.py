@@ -27,10 +27,11 @@ from batched_reasoning.stages.distill import (
 from batched_reasoning.engine.padding import batches, pad_fraction
 from batched_reasoning.training.settings import TrainingFiles
 from batched_reasoning.data.prompts import TextTokenizer, format_prompt
-from batched_reasoning.workflow.tables import distill_table, evaluations, student_name
+from batched_reasoning.workflow.names import student_name
+from batched_reasoning.workflow.training_tables import distill_table, evaluations
 from batched_reasoning.world.teacher import load_teacher_rows, make_teacher_traces
 from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer, training_text
-from batched_reasoning.training.loop import masked_nll
+from batched_reasoning.training.losses import masked_nll
 
 ARITH = make_arith(seed=0, n_train=60, n_test=2)["train"]
 

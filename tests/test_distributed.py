@@ -312,7 +312,7 @@ def test_ranks_and_shares_are_checked_in_both_stages(setup):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_resumed_optimizer_state_lands_on_the_ranks_own_device(setup, tmp_path):
-    from batched_reasoning.training.loop import resume, save_training_state
+    from batched_reasoning.training.state import resume, save_training_state
 
     model = load_model(setup / "model")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

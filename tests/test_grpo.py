@@ -29,7 +29,7 @@ from batched_reasoning.stages.grpo import (
 from batched_reasoning.core.io import write_jsonl
 from batched_reasoning.training.settings import TrainingFiles
 from batched_reasoning.data.prompts import TextTokenizer, format_prompt
-from batched_reasoning.workflow.tables import grpo_table, plot_grpo
+from batched_reasoning.workflow.training_tables import grpo_table, plot_grpo
 from batched_reasoning.model.config import Qwen3Config, new_model_config
 from batched_reasoning.world.toy_tokenizer import END_TOKEN, train_toy_tokenizer, training_text
 

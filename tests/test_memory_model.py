@@ -16,7 +16,7 @@ from batched_reasoning.stages.evaluate import evaluate
 from batched_reasoning.stages.tokenization import load_batches, tokenize
 from batched_reasoning.core.io import read_json, read_jsonl, write_jsonl
 from batched_reasoning.core.memory import MEASURES, PeakMemory
-from batched_reasoning.model.memory_model import (
+from batched_reasoning.engine.memory_model import (
     CPU_FIRST_PASS_MB,
     largest_batch_that_fits,
     parameter_count,

@@ -9,7 +9,7 @@ from conftest import random_model
 from batched_reasoning.model.checkpoint import CheckpointError, load_model, save_model
 from batched_reasoning.model import kernels
 from batched_reasoning.model.kernels import Linear
-from batched_reasoning.model.memory_model import weights_mb
+from batched_reasoning.engine.memory_model import weights_mb
 from batched_reasoning.engine.padding import left_pad
 
 CONFIGS = [

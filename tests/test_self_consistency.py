@@ -14,7 +14,7 @@ from batched_reasoning.engine.sampling import counter_uniform
 from batched_reasoning.data.answers import is_decided
 from batched_reasoning.stages.grade import accuracy_at_k, vote_problem, vote_samples
 from batched_reasoning.stages.self_consistency import make_sampler, sample_answers, self_consistency
-from batched_reasoning.workflow.tables import plot_self_consistency, self_consistency_table
+from batched_reasoning.workflow.sampling_table import plot_self_consistency, self_consistency_table
 from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
 NUM_SAMPLES = 5

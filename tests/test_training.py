@@ -6,16 +6,9 @@ import pytest
 import torch
 from conftest import PAD, random_model
 
-from batched_reasoning.training.loop import (
-    Example,
-    claim_work_dir,
-    collate,
-    files_digest,
-    pack,
-    packed_token_mean_nll,
-    run_identity,
-    token_mean_nll,
-)
+from batched_reasoning.training.examples import Example, collate, pack
+from batched_reasoning.training.losses import packed_token_mean_nll, token_mean_nll
+from batched_reasoning.training.state import claim_work_dir, files_digest, run_identity
 
 
 def test_digest_follows_contents_not_timestamps_or_hidden_copies(tmp_path):

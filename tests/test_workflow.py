@@ -12,7 +12,7 @@ import yaml
 from workflow_helpers import REPO, SNAKEMAKE, TINY_CONFIG, copy_workflow, snakemake
 
 from batched_reasoning.model.config import Qwen3Config
-from batched_reasoning.model.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb
+from batched_reasoning.engine.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb
 from batched_reasoning.world.toy_tokenizer import QWEN3_SPECIAL_TOKENS
 
 pytestmark = pytest.mark.slow

@@ -6,9 +6,7 @@ rule time_training:
         unpack(WIRE.autotune_input),
         probes=WIRE.probe_outputs,
     output:
-        metrics=out(
-            "seed{seed}/timed_training/{stage}/{model}/{dataset}/{device}/t{threads}/metrics.json"
-        ),
+        metrics=TimedTraining.pattern("metrics.json", RESULTS),
     log:
         out(
             "seed{seed}/logs/timed_training/{stage}/{model}/{dataset}/{device}/t{threads}.log"

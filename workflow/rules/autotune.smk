@@ -7,7 +7,7 @@ checkpoint autotune:
     input:
         unpack(WIRE.autotune_input),
     output:
-        json=out("autotune/seed{seed}/{stage}/{model}/{dataset}/{device}.json"),
+        json=Probe.pattern(root=RESULTS),
     log:
         out("logs/autotune/seed{seed}/{stage}/{model}/{dataset}/{device}.log"),
     benchmark:

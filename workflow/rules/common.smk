@@ -4,6 +4,16 @@ from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 from snakemake.utils import validate
 
 from batched_reasoning.workflow.autotune import chosen_batch_size
+from batched_reasoning.workflow.names import dataset_path, download_path, teacher_path
+from batched_reasoning.workflow.paths import (
+    CurvePoint,
+    GenerationRun,
+    Pretraining,
+    Probe,
+    TimedTraining,
+    ToyTokenizer,
+    TrainingRun,
+)
 from batched_reasoning.workflow.plan import Plan, PlanError, split_source
 from batched_reasoning.workflow.wiring import Wiring
 from batched_reasoning.core.provenance import script_code_hash

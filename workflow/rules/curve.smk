@@ -1,3 +1,6 @@
+POINT = CurvePoint.pattern(root=RESULTS)
+
+
 # The batching curves: one job per stage, model, dataset, batch size, device and thread count
 # times every configured strategy at that size (warm-up excluded, repeats, intervals).
 rule time_generation:
@@ -5,12 +8,8 @@ rule time_generation:
         model=WIRE.model_input,
         records=WIRE.dataset_file,
     output:
-        records=out(
-            "seed{seed}/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}/records.jsonl"
-        ),
-        metrics=out(
-            "seed{seed}/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}/metrics.json"
-        ),
+        records=f"{POINT}/records.jsonl",
+        metrics=f"{POINT}/metrics.json",
     log:
         out(
             "seed{seed}/logs/curve/{stage}/{model}/{dataset}/bs{batch_size}/{device}/t{threads}.log"

@@ -1,7 +1,7 @@
 rule make_arith:
     output:
-        train="resources/data/{dataset}/train.jsonl",
-        test="resources/data/{dataset}/test.jsonl",
+        train=dataset_path("{dataset}", "train"),
+        test=dataset_path("{dataset}", "test"),
     log:
         out("logs/make_arith/{dataset}.log"),
     benchmark:
@@ -25,7 +25,7 @@ rule make_arith:
 
 rule download_dataset:
     output:
-        records="resources/data/{dataset}/{split}.jsonl",
+        records=dataset_path("{dataset}", "{split}"),
     log:
         out("logs/download_dataset/{dataset}/{split}.log"),
     benchmark:
@@ -51,7 +51,7 @@ rule import_local_dataset:
     input:
         source=lambda w: split_source(config["datasets"][w.dataset], w.split)["path"],
     output:
-        records="resources/data/{dataset}/{split}.jsonl",
+        records=dataset_path("{dataset}", "{split}"),
     log:
         out("logs/import_local_dataset/{dataset}/{split}.log"),
     benchmark:

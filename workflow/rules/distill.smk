@@ -1,8 +1,11 @@
+DISTILLATION = TrainingRun.pattern(root=RESULTS, stage="distill")
+
+
 rule teacher_traces:
     input:
         unpack(WIRE.teacher_input),
     output:
-        teacher="resources/teacher/{dataset}.json",
+        teacher=teacher_path("{dataset}"),
     log:
         out("logs/teacher_traces/{dataset}.log"),
     benchmark:
@@ -24,23 +27,13 @@ rule teacher_traces:
 rule distill:
     input:
         model=WIRE.model_input,
-        teacher="resources/teacher/{dataset}.json",
+        teacher=teacher_path("{dataset}"),
     output:
-        model=directory(
-            out(
-                "seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/model"
-            )
-        ),
-        log_csv=out(
-            "seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/log.csv"
-        ),
-        metrics=out(
-            "seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/metrics.json"
-        ),
+        model=directory(f"{DISTILLATION}/model"),
+        log_csv=f"{DISTILLATION}/log.csv",
+        metrics=f"{DISTILLATION}/metrics.json",
         curve=report(
-            out(
-                "seed{seed}/distill/{model}/{dataset}/bs{batch_size}/{device}/ws{world_size}/curve.png"
-            ),
+            f"{DISTILLATION}/curve.png",
             caption="../report/distill_curve.rst",
             category="Distillation",
             subcategory="Loss curves",

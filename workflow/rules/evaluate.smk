@@ -1,15 +1,15 @@
+# One evaluation run's folder (src/batched_reasoning/workflow/paths.py)
+EVALUATION = GenerationRun.pattern(root=RESULTS, stage="evaluate")
+
+
 rule evaluate:
     input:
         model=WIRE.model_input,
         batches=out("seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.safetensors"),
         stats=out("seed{seed}/tokenized/{model}/{dataset}/bs{batch_size}.stats.json"),
     output:
-        generations=out(
-            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/generations.jsonl"
-        ),
-        metrics=out(
-            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/generation.json"
-        ),
+        generations=f"{EVALUATION}/generations.jsonl",
+        metrics=f"{EVALUATION}/generation.json",
     log:
         out(
             "seed{seed}/logs/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log"
@@ -42,19 +42,11 @@ rule evaluate:
 rule grade:
     input:
         problems=WIRE.dataset_file,
-        generations=out(
-            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/generations.jsonl"
-        ),
-        generation=out(
-            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/generation.json"
-        ),
+        generations=f"{EVALUATION}/generations.jsonl",
+        generation=f"{EVALUATION}/generation.json",
     output:
-        records=out(
-            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl"
-        ),
-        metrics=out(
-            "seed{seed}/evaluate/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json"
-        ),
+        records=f"{EVALUATION}/records.jsonl",
+        metrics=f"{EVALUATION}/metrics.json",
     log:
         out(
             "seed{seed}/logs/grade/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log"

@@ -1,13 +1,11 @@
-GRPO_DIR = out(
-    "seed{seed}/grpo/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/ws{world_size}"
-)
+GRPO_DIR = TrainingRun.pattern(root=RESULTS, stage="grpo")
 
 
 rule grpo:
     input:
         model=WIRE.model_input,
-        train="resources/data/{dataset}/train.jsonl",
-        test="resources/data/{dataset}/test.jsonl",
+        train=dataset_path("{dataset}", "train"),
+        test=dataset_path("{dataset}", "test"),
     output:
         log=f"{GRPO_DIR}/log.csv",
         metrics=f"{GRPO_DIR}/metrics.json",

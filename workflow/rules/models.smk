@@ -1,6 +1,6 @@
 rule download_model:
     output:
-        model=directory("resources/models/{model}"),
+        model=directory(download_path("{model}")),
     log:
         out("logs/download_model/{model}.log"),
     benchmark:
@@ -25,9 +25,9 @@ rule download_model:
 
 rule build_toy_tokenizer:
     input:
-        train="resources/data/arith/train.jsonl",
+        train=dataset_path("arith", "train"),
     output:
-        tokenizer=directory(out("tokenizers/{model}")),
+        tokenizer=directory(ToyTokenizer.pattern(root=RESULTS)),
     log:
         out("logs/build_toy_tokenizer/{model}.log"),
     benchmark:
@@ -49,9 +49,9 @@ rule build_toy_tokenizer:
 
 rule build_toy_model:
     input:
-        tokenizer=out("tokenizers/{model}"),
+        tokenizer=ToyTokenizer.pattern(root=RESULTS),
     output:
-        init=directory(out("seed{seed}/pretrain/{model}/init")),
+        init=directory(Pretraining.pattern("init", RESULTS)),
     log:
         out("seed{seed}/logs/build_toy_model/{model}.log"),
     benchmark:
@@ -74,14 +74,14 @@ rule build_toy_model:
 
 rule pretrain:
     input:
-        init=out("seed{seed}/pretrain/{model}/init"),
-        train="resources/data/arith/train.jsonl",
+        init=Pretraining.pattern("init", RESULTS),
+        train=dataset_path("arith", "train"),
     output:
-        model=directory(out("seed{seed}/pretrain/{model}/model")),
-        log_csv=out("seed{seed}/pretrain/{model}/log.csv"),
-        metrics=out("seed{seed}/pretrain/{model}/metrics.json"),
+        model=directory(Pretraining.pattern("model", RESULTS)),
+        log_csv=Pretraining.pattern("log.csv", RESULTS),
+        metrics=Pretraining.pattern("metrics.json", RESULTS),
         plot=report(
-            out("seed{seed}/pretrain/{model}/loss.png"),
+            Pretraining.pattern("loss.png", RESULTS),
             caption="../report/pretrain.rst",
             category="Pretraining",
         ),
@@ -100,7 +100,7 @@ rule pretrain:
         gpu=1 if config["pretrain"]["device"] == "cuda" else 0,
     params:
         **PLAN.settings("pretrain"),
-        checkpoints=out("seed{seed}/pretrain/{model}/checkpoints"),
+        checkpoints=Pretraining.pattern("checkpoints", RESULTS),
         seed=WIRE.seed_of,
         code=CODE["pretrain"],
     script:

@@ -1,14 +1,13 @@
+SAMPLING = GenerationRun.pattern(root=RESULTS, stage="self_consistency")
+
+
 rule self_consistency:
     input:
         model=WIRE.model_input,
         records=WIRE.dataset_file,
     output:
-        samples=out(
-            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/samples.jsonl"
-        ),
-        metrics=out(
-            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/sampling.json"
-        ),
+        samples=f"{SAMPLING}/samples.jsonl",
+        metrics=f"{SAMPLING}/sampling.json",
     log:
         out(
             "seed{seed}/logs/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log"
@@ -48,19 +47,11 @@ rule self_consistency:
 rule vote:
     input:
         problems=WIRE.dataset_file,
-        samples=out(
-            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/samples.jsonl"
-        ),
-        sampling=out(
-            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/sampling.json"
-        ),
+        samples=f"{SAMPLING}/samples.jsonl",
+        sampling=f"{SAMPLING}/sampling.json",
     output:
-        records=out(
-            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/records.jsonl"
-        ),
-        metrics=out(
-            "seed{seed}/self_consistency/{model}/{dataset}/{strategy}/bs{batch_size}/{device}/metrics.json"
-        ),
+        records=f"{SAMPLING}/records.jsonl",
+        metrics=f"{SAMPLING}/metrics.json",
     log:
         out(
             "seed{seed}/logs/vote/{model}/{dataset}/{strategy}/bs{batch_size}/{device}.log"

@@ -1,5 +1,5 @@
 from batched_reasoning.core.io import log_to
-from batched_reasoning.workflow.tables import make_table
+from batched_reasoning.workflow.stage_tables import make_table
 
 with log_to(snakemake.log[0]):
     make_table(

@@ -43,7 +43,7 @@ import pandas as pd
 import torch
 
 from . import llama_cpp
-from ..model.book_compat import to_book_model
+from .book_compat import to_book_model
 from ..core.calibration import choices_made
 from ..model.checkpoint import load_model, save_model
 from ..model.config import QWEN3_SHAPES, Qwen3Config, resolve_dtype

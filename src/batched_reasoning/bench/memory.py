@@ -29,7 +29,7 @@ from ..core.devices import device_name, resolve_device
 from ..engine.generation import STRATEGIES, generate
 from ..core.io import write_json
 from ..core.memory import PeakMemory
-from ..model.memory_model import baseline_mb, predict_peak_mb
+from ..engine.memory_model import baseline_mb, predict_peak_mb
 from ..data.prompts import PROMPT_STYLES, TextTokenizer
 from ..core.provenance import code_hash, package_versions
 

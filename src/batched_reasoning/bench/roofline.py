@@ -22,7 +22,7 @@ from ..engine.compiled import Eager
 from ..engine.decode import DecodeState
 from ..engine.generation import Greedy, pick
 from ..engine.kv_cache import KVCache
-from ..model.roofline import bound_seconds, decode_step_work
+from ..engine.roofline import bound_seconds, decode_step_work
 
 __all__ = ["KINDS", "MachineLimits", "bound_seconds", "decode_step_work", "decode_table",
            "kind_of", "machine", "measure_machine", "product_gflop_s", "profile_decode_step",

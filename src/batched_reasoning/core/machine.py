@@ -1,5 +1,5 @@
 """What this machine can do: its sustained read bandwidth and matrix throughput, the two
-limits a decode step's roofline bound is made of (`model.roofline`)."""
+limits a decode step's roofline bound is made of (`engine.roofline`)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from ..engine.generation import generate
 from ..core.memory import PeakMemory
 from ..core.timing import Repeats, repeat
 from ..engine.sampling import TopP
-from ..training.loop import Example
+from ..training.examples import Example
 
 # timed repeats per size, after one warm-up; the probe takes their median
 REPEATS = Repeats(minimum=3, maximum=5, relative_half_width=0.05)

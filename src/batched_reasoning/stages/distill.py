@@ -28,15 +28,10 @@ from ..core.plots import moving_average, save_figure, subplots
 from ..data.prompts import TextTokenizer, format_prompt
 from ..core.provenance import run_info
 from ..world.teacher import load_teacher_rows
-from ..training.loop import (
-    Example,
-    collate,
-    epoch_batches,
-    finish_run,
-    masked_nll,
-    run_identity,
-    train_loop,
-)
+from ..training.examples import Example, collate, epoch_batches
+from ..training.loop import train_loop
+from ..training.losses import masked_nll
+from ..training.state import finish_run, run_identity
 from ..training.settings import Settings, TrainingFiles
 
 

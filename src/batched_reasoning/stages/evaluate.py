@@ -15,7 +15,7 @@ from ..core.devices import resolve_device
 from ..engine.generation import generate
 from ..core.io import read_json, write_json, write_jsonl
 from ..core.memory import PeakMemory
-from ..model.memory_model import baseline_mb, predict_peak_mb
+from ..engine.memory_model import baseline_mb, predict_peak_mb
 from ..data.prompts import TextTokenizer
 from ..core.provenance import run_info
 from .tokenization import load_batches

@@ -34,7 +34,9 @@ from ..core.plots import moving_average, save_figure, subplots
 from ..data.prompts import TextTokenizer, format_prompt
 from ..core.provenance import run_info
 from ..engine.sampling import TopP
-from ..training.loop import finish_run, run_identity, token_logprobs, train_loop
+from ..training.loop import train_loop
+from ..training.losses import token_logprobs
+from ..training.state import finish_run, run_identity
 from ..training.settings import Settings, TrainingFiles
 
 ADVANTAGE_EPS = 1e-4

@@ -28,15 +28,10 @@ from ..core.memory import PeakMemory
 from ..core.plots import moving_average, save_figure, subplots
 from ..data.prompts import TextTokenizer, render_prompt
 from ..core.provenance import run_info
-from ..training.loop import (
-    Example,
-    epoch_batches,
-    finish_run,
-    pack,
-    packed_token_mean_nll,
-    run_identity,
-    train_loop,
-)
+from ..training.examples import Example, epoch_batches, pack
+from ..training.loop import train_loop
+from ..training.losses import packed_token_mean_nll
+from ..training.state import finish_run, run_identity
 from ..training.settings import Settings, TrainingFiles
 
 

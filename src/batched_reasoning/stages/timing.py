@@ -30,8 +30,8 @@ from ..engine.generation import Greedy, generate
 from ..engine.padding import batches, pad_fraction
 from ..engine.workload import finished_row_share, length_stats
 from ..model.checkpoint import load_model
-from ..model.memory_model import baseline_mb, predict_peak_mb
-from ..model.roofline import bound_tokens_per_s
+from ..engine.memory_model import baseline_mb, predict_peak_mb
+from ..engine.roofline import bound_tokens_per_s
 from .self_consistency import make_sampler
 
 # The numbers whose interval decides how many repeats a point needs.

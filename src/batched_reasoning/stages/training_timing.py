@@ -27,7 +27,7 @@ from ..core.timing import Repeats, repeat, setup_seconds
 from ..data.prompts import TextTokenizer
 from ..engine.sampling import TopP
 from ..model.checkpoint import load_model
-from ..training.loop import seed_everything
+from ..training.state import seed_everything
 from .distill import DistillRun, DistillSettings, train_step, training_examples
 from .grpo import GRPOSettings, StepContext, grpo_step
 

@@ -22,3 +22,13 @@ def machine_label(record: dict) -> str:
 def dataset_path(dataset: str, split: str = "test") -> str:
     """Where a dataset's split is (every source writes the same layout)."""
     return f"resources/data/{dataset}/{split}.jsonl"
+
+
+def download_path(model: str) -> str:
+    """Where the workflow keeps its copy of a hub model (the same for every seed)."""
+    return f"resources/models/{model}"
+
+
+def teacher_path(dataset: str) -> str:
+    """Where a dataset's teacher traces for distillation are."""
+    return f"resources/teacher/{dataset}.json"

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.config import QWEN3_SHAPES, Qwen3Config
-from ..model.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb, predict_training_mb
+from ..engine.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb, predict_training_mb
 from ..world.toy_tokenizer import QWEN3_SPECIAL_TOKENS
-from .names import dataset_path, student_name
+from .names import dataset_path, download_path, student_name
+from .paths import (CurvePoint, GenerationRun, Pretraining, Probe, TimedTraining, ToyTokenizer,
+                    TrainingRun)
 
 GENERATION_STAGES = ("evaluate", "self_consistency")
 TRAINING_STAGES = ("grpo", "distill")
@@ -31,105 +32,6 @@ REQUEST_HEADROOM = 1.5
 
 class PlanError(ValueError):
     """A config that cannot be planned; the message names the key and how to fix it."""
-
-
-def seed_dir(seed: int, root: str = "results") -> str:
-    """Where one seed's replicate of the experiment writes (every seed-dependent output), under
-    the configuration's results folder `root` (`results_dir`)."""
-    return f"{root}/seed{seed}"
-
-
-@dataclass(frozen=True)
-class GenerationRun:
-    """One run of a generation stage (evaluation or self-consistency)."""
-
-    seed: int
-    model: str
-    dataset: str
-    strategy: str
-    batch_size: int
-    device: str
-    root: str = "results"
-
-    def path(self, stage: str, name: str) -> str:
-        return (f"{seed_dir(self.seed, self.root)}/{stage}/{self.model}/{self.dataset}/{self.strategy}/"
-                f"bs{self.batch_size}/{self.device}/{name}")
-
-
-@dataclass(frozen=True)
-class TrainingRun:
-    """One run of a training stage (GRPO has a rollout strategy, distillation none)."""
-
-    seed: int
-    model: str
-    dataset: str
-    batch_size: int
-    device: str
-    world_size: int
-    strategy: str | None = None
-    root: str = "results"
-
-    def path(self, stage: str, name: str) -> str:
-        strategy = f"{self.strategy}/" if self.strategy else ""
-        return (f"{seed_dir(self.seed, self.root)}/{stage}/{self.model}/{self.dataset}/{strategy}"
-                f"bs{self.batch_size}/{self.device}/ws{self.world_size}/{name}")
-
-
-@dataclass(frozen=True)
-class CurvePoint:
-    """One point of a stage's batching curve: every strategy at one batch size, timed with
-    `threads` threads (part of the path: a run at another thread count is another point)."""
-
-    seed: int
-    stage: str
-    model: str
-    dataset: str
-    batch_size: int
-    device: str
-    threads: int
-    root: str = "results"
-
-    def path(self, name: str) -> str:
-        return (f"{seed_dir(self.seed, self.root)}/curve/{self.stage}/{self.model}/{self.dataset}/"
-                f"bs{self.batch_size}/{self.device}/t{self.threads}/{name}")
-
-
-@dataclass(frozen=True)
-class TimedTraining:
-    """The timing of a training stage's first steps: one at a time against each configured
-    batched setting, with `threads` threads (part of the path, as for a curve point)."""
-
-    seed: int
-    stage: str
-    model: str
-    dataset: str
-    device: str
-    threads: int
-    root: str = "results"
-
-    def path(self, name: str) -> str:
-        return (f"{seed_dir(self.seed, self.root)}/timed_training/{self.stage}/{self.model}/"
-                f"{self.dataset}/{self.device}/t{self.threads}/{name}")
-
-
-@dataclass(frozen=True)
-class Probe:
-    """The batch-size probe of one stage for one model, dataset and device (`auto`)."""
-
-    seed: int
-    stage: str
-    model: str
-    dataset: str
-    device: str
-    root: str = "results"
-
-    def path(self) -> str:
-        return (f"{self.root}/autotune/seed{self.seed}/{self.stage}/{self.model}/{self.dataset}/"
-                f"{self.device}.json")
-
-    def wildcards(self) -> dict[str, str]:
-        return {"seed": str(self.seed), "stage": self.stage, "model": self.model,
-                "dataset": self.dataset, "device": self.device}
 
 
 STUDENT = re.compile(
@@ -265,15 +167,15 @@ class Plan:
             return run.path("distill", "model")
         entry = self.config["models"][model]
         if entry["source"] == "toy":
-            return f"{seed_dir(seed, self.root)}/pretrain/{model}/model"
-        return entry["path"] if entry["source"] == "local" else f"resources/models/{model}"
+            return Pretraining(seed, model, self.root).path("model")
+        return entry["path"] if entry["source"] == "local" else download_path(model)
 
     def tokenizer_dir(self, model: str) -> str:
         """Where a model's tokenizer is: the toy's own job's output (one for every seed and
         every student), else the checkpoint's folder, which holds it."""
         base = self.base_model(model)
         if self.config["models"][base]["source"] == "toy":
-            return f"{self.root}/tokenizers/{base}"
+            return ToyTokenizer(base, self.root).path()
         return self.model_dir(base, "", 0)
 
     def prompt_style(self, model: str) -> str:

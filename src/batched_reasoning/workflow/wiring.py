@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from .autotune import measured_peak_mb
-from .names import dataset_path
+from .names import dataset_path, teacher_path
 from .plan import Plan, TrainingRun
 
 
@@ -51,7 +51,7 @@ class Wiring:
         """A probe's model and the stage's own problems (GRPO: its training problems;
         distillation: the teacher's traces)."""
         records = {"grpo": dataset_path(w.dataset, "train"),
-                   "distill": f"resources/teacher/{w.dataset}.json"}.get(w.stage)
+                   "distill": teacher_path(w.dataset)}.get(w.stage)
         return {"model": self.model_input(w), "records": records or dataset_path(w.dataset)}
 
     def probe_outputs(self, w) -> list[str]:

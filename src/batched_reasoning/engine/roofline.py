@@ -10,7 +10,7 @@ doing those FLOPs at its matrix throughput.
 from __future__ import annotations
 
 from ..core.machine import MachineLimits
-from .config import Qwen3Config
+from ..model.config import Qwen3Config
 from .memory_model import DTYPE_BYTES, parameter_count
 
 

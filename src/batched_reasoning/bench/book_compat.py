@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .qwen3 import Qwen3
+from ..model.qwen3 import Qwen3
 
 BOOK_EPS = 1e-6  # the book's RMSNorm eps is fixed, not read from its config
 

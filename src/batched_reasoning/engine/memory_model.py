@@ -46,8 +46,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core.memory import process_rss_mb
-from .config import Qwen3Config
-from .kernels import SMALL_ROW_PRODUCTS, Linear
+from ..model.config import Qwen3Config
+from ..model.kernels import SMALL_ROW_PRODUCTS, Linear
 
 MB = 2**20
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
