@@ -72,11 +72,9 @@ class Workload:
 
     model: object
     tokenizer: TextTokenizer
-    records: list[dict]
     prompts: list[list[int]]
     keys: list[tuple[int, int]]
     sampler: object
-    num_samples: int
     max_new_tokens: int
     compile: str = "off"  # `auto` is resolved per strategy before timing (`decode_mode`)
 
@@ -142,8 +140,7 @@ def time_generation(
     baseline = baseline_mb(model)
     model.pack_for_inference(batch_size)
     sampler = make_sampler(temperature, top_p, seed) if num_samples > 1 else Greedy()
-    work = Workload(model, tokenizer, records, prompts, keys, sampler, num_samples,
-                    max_new_tokens, compile)
+    work = Workload(model, tokenizer, prompts, keys, sampler, max_new_tokens, compile)
     setup = setup_seconds()  # before the roofline's one-off measurement of this machine
     limits = machine_limits(torch_device, model.dtype)
     runs, outputs = [], []
