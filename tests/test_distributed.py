@@ -223,7 +223,7 @@ def test_shares_are_contiguous_so_ranks_get_whole_problems():
 def grpo_args(root, name, **overrides) -> list:
     """The arguments of `train_grpo` for one run into `root/name`."""
     settings = dict(strategy="batched_stop", batch_size=4, device="cpu", dtype="float64",
-                    steps=3, num_rollouts=4, problems_per_step=2, max_new_tokens=12,
+                    compile="off", steps=3, num_rollouts=4, problems_per_step=2, max_new_tokens=12,
                     temperature=1.0, top_p=1.0, lr=1e-3, grad_clip=1.0, seed=0,
                     checkpoint_every=2, eval_every=2, eval_problems=6, train_problems=None,
                     skip_zero_advantage=False, prompt_style="base", threads=1) | overrides

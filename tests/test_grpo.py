@@ -24,9 +24,12 @@ from batched_reasoning.stages.grpo import (
     policy_loss,
     scored_completion,
     GRPOSettings,
+    StepContext,
+    grpo_step,
     train_grpo,
 )
-from batched_reasoning.core.io import write_jsonl
+from batched_reasoning.core.io import read_jsonl, write_jsonl
+from batched_reasoning.engine.sampling import TopP
 from batched_reasoning.training.settings import TrainingFiles
 from batched_reasoning.data.prompts import TextTokenizer, format_prompt
 from batched_reasoning.workflow.training_tables import grpo_table, plot_grpo
@@ -36,8 +39,8 @@ from batched_reasoning.world.toy_tokenizer import END_TOKEN, train_toy_tokenizer
 TIMING = ["tokens_per_sec", "gen_seconds", "update_seconds", "step_seconds", "peak_mem_mb",
           "eval_seconds"]
 CONFIG = dict(
-    strategy="batched", batch_size=4, device="cpu", dtype="float32", steps=6, num_rollouts=4,
-    problems_per_step=1,
+    strategy="batched", batch_size=4, device="cpu", dtype="float32", compile="off", steps=6,
+    num_rollouts=4, problems_per_step=1,
     max_new_tokens=12, temperature=1.0, top_p=1.0, lr=1e-3, grad_clip=1.0, seed=0,
     checkpoint_every=2, eval_every=3, eval_problems=4, train_problems=None, skip_zero_advantage=True,
     prompt_style="base", threads=1,
@@ -149,6 +152,22 @@ def test_batched_logprobs_equal_per_rollout_passes(model_and_prompt):
     for row, completion in enumerate(completions):
         single = completion_logprobs(model, [prompts[row]], [completion], pad, model.device)
         assert batched[row].item() == pytest.approx(single.item(), abs=1e-5)
+
+
+def test_every_generation_of_a_run_decodes_as_its_compile_setting_says(setup):
+    """`compile` reaches the held-out evaluation and the rollouts: an unknown mode stops each
+    at its first generation (`engine.compiled` checks it), where one left out would not."""
+    with pytest.raises(ValueError, match="compile must be one of") as raised:
+        run(setup, "unknown_compile", compile="yes", steps=1)
+    assert "eval_correct" in {entry.name for entry in raised.traceback}  # before any rollout
+    settings = GRPOSettings(**CONFIG | {"compile": "yes"})
+    tokenizer = TextTokenizer.from_model_dir(setup / "model")
+    context = StepContext(settings, tokenizer, read_jsonl(setup / "train.jsonl"),
+                          TopP(1.0, 1.0, 0), torch.device("cpu"))
+    model = load_model(setup / "model")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with pytest.raises(ValueError, match="compile must be one of"):
+        grpo_step(model, optimizer, 0, context)
 
 
 def test_zero_advantage_groups_skip_the_update(setup):

@@ -12,7 +12,7 @@ from batched_reasoning.stages import evaluate as evaluate_module
 from batched_reasoning.model.checkpoint import load_model, save_model
 from batched_reasoning.model.config import Qwen3Config
 from batched_reasoning.model.qwen3 import Qwen3
-from batched_reasoning.stages.evaluate import evaluate
+from batched_reasoning.stages.evaluate import EvaluationSettings, evaluate
 from batched_reasoning.stages.tokenization import load_batches, tokenize
 from batched_reasoning.core.io import read_json, read_jsonl, write_jsonl
 from batched_reasoning.core.memory import MEASURES, PeakMemory
@@ -173,11 +173,12 @@ def test_an_mps_run_is_predicted_measured_and_tabled(tmp_path, monkeypatch):
              sort_by_length=False, limit=None)
     for strategy, batch_size in (("sequential", 1), ("batched_stop", 2)):
         out = tmp_path / strategy
+        settings = EvaluationSettings(strategy=strategy, batch_size=batch_size, device="mps",
+                                      dtype="float16", compile="off", max_new_tokens=4,
+                                      prompt_style="base", threads=1)
         evaluate(tiny_checkpoint, tmp_path / "bs2.safetensors", tmp_path / "bs2.stats.json",
-                 out / "records.jsonl", out / "metrics.json",
-                 strategy=strategy, batch_size=batch_size, device="mps", dtype="float16",
-                 max_new_tokens=4, prompt_style="base", threads=1, params={},
-                 labels={"model": "tiny", "dataset": "d", "device": "mps"})
+                 out / "records.jsonl", out / "metrics.json", settings, {},
+                 {"model": "tiny", "dataset": "d", "device": "mps"})
     metrics = read_json(tmp_path / "batched_stop" / "metrics.json")
     cfg = load_model(tiny_checkpoint).cfg
     prompt_len = max(len(p) for p in load_batches(tmp_path / "bs2.safetensors")[0])

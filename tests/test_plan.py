@@ -317,18 +317,26 @@ def test_jobs_ask_at_least_what_their_probe_measured():
 @pytest.mark.parametrize("stage, given", [
     ("pretrain", {"seed": 0, "threads": 1}),
     ("grpo", {"seed": 0, "threads": 1, "strategy": "batched", "batch_size": 4, "device": "cpu",
-              "dtype": "float32", "prompt_style": "base"}),
+              "dtype": "float32", "compile": "off", "prompt_style": "base"}),
     ("distill", {"seed": 0, "threads": 1, "batch_size": 4, "device": "cpu", "dtype": "float32",
                  "prompt_style": "base"}),
+    ("evaluate", {"threads": 1, "strategy": "batched", "batch_size": 4, "device": "cpu",
+                  "dtype": "float32", "compile": "off", "prompt_style": "base"}),
+    ("self_consistency", {"seed": 0, "threads": 1, "strategy": "batched", "batch_size": 4,
+                          "device": "cpu", "dtype": "float32", "compile": "off",
+                          "prompt_style": "base"}),
 ])
-def test_a_training_stage_is_told_every_setting_its_config_holds_and_nothing_else(stage, given):
+def test_a_stage_is_told_every_setting_its_config_holds_and_nothing_else(stage, given):
     """The rule's params are the settings the stage's config section holds; with what the job
     itself knows (wildcards, threads, the device's dtype) they make the whole settings object."""
     from batched_reasoning.stages.distill import DistillSettings
+    from batched_reasoning.stages.evaluate import EvaluationSettings
     from batched_reasoning.stages.grpo import GRPOSettings
     from batched_reasoning.stages.pretrain import PretrainSettings
+    from batched_reasoning.stages.self_consistency import SamplingSettings
 
-    kind = {"pretrain": PretrainSettings, "grpo": GRPOSettings, "distill": DistillSettings}[stage]
+    kind = {"pretrain": PretrainSettings, "grpo": GRPOSettings, "distill": DistillSettings,
+            "evaluate": EvaluationSettings, "self_consistency": SamplingSettings}[stage]
     config = copy.deepcopy(DEFAULTS)
     config[stage]["not_a_setting"] = 1  # e.g. batch_sizes, strategies: they name runs
     params = Plan(config).settings(stage)

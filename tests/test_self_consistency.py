@@ -13,7 +13,8 @@ from batched_reasoning.data.prompts import TextTokenizer
 from batched_reasoning.engine.sampling import counter_uniform
 from batched_reasoning.data.answers import is_decided
 from batched_reasoning.stages.grade import accuracy_at_k, vote_problem, vote_samples
-from batched_reasoning.stages.self_consistency import make_sampler, sample_answers, self_consistency
+from batched_reasoning.stages.self_consistency import (SamplingSettings, make_sampler,
+                                                       sample_answers, self_consistency)
 from batched_reasoning.workflow.sampling_table import plot_self_consistency, self_consistency_table
 from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
@@ -156,13 +157,13 @@ def run_stage(model_dir, tmp_path, strategy, batch_size, early_stop=False, num_s
     out = tmp_path / strategy / f"bs{batch_size}"
     labels = {"model": "tiny", "dataset": "arith", "strategy": strategy,
               "batch_size": str(batch_size), "device": "cpu"}
-    self_consistency(
-        str(model_dir), str(data), str(out / "samples.jsonl"), str(out / "sampling.json"),
-        strategy=strategy, batch_size=batch_size, device="cpu", dtype="float32",
+    settings = SamplingSettings(
+        strategy=strategy, batch_size=batch_size, device="cpu", dtype="float32", compile="off",
         num_samples=num_samples, temperature=1.0, top_p=0.9, max_new_tokens=3,
         prompt_style="base", prompt_suffix="\n\nExplain step by step.", seed=0,
-        early_stop=early_stop, limit=4, threads=1, params={"seed": 0}, labels=labels,
-    )
+        early_stop=early_stop, limit=4, threads=1)
+    self_consistency(str(model_dir), str(data), str(out / "samples.jsonl"),
+                     str(out / "sampling.json"), settings, {"seed": 0}, labels)
     metrics = vote_samples(str(data), str(out / "samples.jsonl"), str(out / "sampling.json"),
                            str(out / "records.jsonl"), str(out / "metrics.json"))
     return metrics, out / "records.jsonl"

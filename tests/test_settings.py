@@ -10,10 +10,11 @@ from batched_reasoning.stages.pretrain import PretrainSettings
 
 PRETRAIN = dict(steps=10, batch_size=8, lr=3e-3, warmup=5, weight_decay=0.01, worked_share=0.4,
                 checkpoint_every=5, seed=0, device="cpu", threads=1)
-GRPO = dict(strategy="batched", batch_size=4, device="cpu", dtype="float32", steps=6,
-            num_rollouts=4, problems_per_step=1, max_new_tokens=12, temperature=1.0, top_p=1.0,
-            lr=1e-3, grad_clip=1.0, seed=0, checkpoint_every=2, eval_every=3, eval_problems=4,
-            train_problems=None, skip_zero_advantage=True, prompt_style="base", threads=1)
+GRPO = dict(strategy="batched", batch_size=4, device="cpu", dtype="float32", compile="off",
+            steps=6, num_rollouts=4, problems_per_step=1, max_new_tokens=12, temperature=1.0,
+            top_p=1.0, lr=1e-3, grad_clip=1.0, seed=0, checkpoint_every=2, eval_every=3,
+            eval_problems=4, train_problems=None, skip_zero_advantage=True, prompt_style="base",
+            threads=1)
 
 
 def test_made_from_a_rules_params_its_other_keys_ignored_the_job_given_first():

@@ -5,7 +5,6 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import training_files
 from test_distill import ARITH, run as distill_run, toy_dir  # noqa: F401 (fixture)
 from test_grpo import CONFIG, run as grpo_run, setup  # noqa: F401 (fixture)
 

@@ -35,6 +35,7 @@ rule time_training:
         ),
         timing=config["timing"],
         dtype=WIRE.dtype_of,
+        compile=WIRE.stage_compile_of,
         prompt_style=WIRE.prompt_style_of,
         seed=WIRE.seed_of,
         code=CODE["time_training"],

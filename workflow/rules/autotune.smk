@@ -28,6 +28,7 @@ checkpoint autotune:
         settings=lambda w: config[w.stage],
         memory_budget_mb=lambda w: config["memory_budget_mb"][w.device],
         dtype=WIRE.dtype_of,
+        compile=WIRE.stage_compile_of,
         prompt_style=WIRE.prompt_style_of,
         seed=WIRE.seed_of,
         code=CODE["autotune"],

@@ -61,7 +61,6 @@ except PlanError as error:
     raise WorkflowError(str(error)) from None
 
 EVAL = config["evaluate"]
-SC = config["self_consistency"]
 DISTILL = config["distill"]
 
 # Library code behind each script: editing a module's code reruns exactly the jobs whose script

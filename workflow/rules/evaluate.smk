@@ -28,9 +28,9 @@ rule evaluate:
         runtime="2h",
         gpu=WIRE.generation_resource("evaluate", "gpu"),
     params:
+        **PLAN.settings("evaluate"),
         dtype=WIRE.dtype_of,
         compile=WIRE.compile_of,
-        max_new_tokens=EVAL["max_new_tokens"],
         prompt_style=WIRE.prompt_style_of,
         seed=WIRE.seed_of,
         code=CODE["evaluate"],

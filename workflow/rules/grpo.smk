@@ -40,6 +40,7 @@ rule grpo:
         # cleanup of failed outputs and the rerun continues from the latest one.
         checkpoints=f"{GRPO_DIR}/checkpoints",
         dtype=WIRE.dtype_of,
+        compile=WIRE.compile_of,
         prompt_style=WIRE.prompt_style_of,
         seed=WIRE.seed_of,
         code=CODE["grpo"],

@@ -26,16 +26,10 @@ rule self_consistency:
         runtime="4h",
         gpu=WIRE.generation_resource("self_consistency", "gpu"),
     params:
+        **PLAN.settings("self_consistency"),
         dtype=WIRE.dtype_of,
         compile=WIRE.compile_of,
         prompt_style=WIRE.prompt_style_of,
-        num_samples=SC["num_samples"],
-        temperature=SC["temperature"],
-        top_p=SC["top_p"],
-        max_new_tokens=SC["max_new_tokens"],
-        prompt_suffix=SC["prompt_suffix"],
-        early_stop=SC["early_stop"],
-        limit=SC["limit"],
         seed=WIRE.seed_of,
         code=CODE["self_consistency"],
     script:

@@ -7,6 +7,7 @@ with log_to(snakemake.log[0]):
         w.stage, snakemake.input.model, snakemake.input.records, snakemake.output.json,
         device=w.device,
         dtype=snakemake.params.dtype,
+        compile=snakemake.params.compile,
         threads=snakemake.threads,
         prompt_style=snakemake.params.prompt_style,
         settings=dict(snakemake.params.settings),

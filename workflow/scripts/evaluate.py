@@ -1,18 +1,10 @@
-from batched_reasoning.stages.evaluate import evaluate
 from batched_reasoning.core.io import log_to
+from batched_reasoning.stages.evaluate import EvaluationSettings, evaluate
 
+params, wildcards, output = dict(snakemake.params.items()), snakemake.wildcards, snakemake.output
 with log_to(snakemake.log[0]):
-    evaluate(
-        snakemake.input.model, snakemake.input.batches, snakemake.input.stats,
-        snakemake.output.generations, snakemake.output.metrics,
-        strategy=snakemake.wildcards.strategy,
-        batch_size=int(snakemake.wildcards.batch_size),
-        device=snakemake.wildcards.device,
-        dtype=snakemake.params.dtype,
-        compile=snakemake.params.compile,
-        max_new_tokens=snakemake.params.max_new_tokens,
-        prompt_style=snakemake.params.prompt_style,
-        threads=snakemake.threads,
-        params=dict(snakemake.params.items()),
-        labels=dict(snakemake.wildcards.items()),
-    )
+    settings = EvaluationSettings.from_params(
+        params, strategy=wildcards.strategy, batch_size=int(wildcards.batch_size),
+        device=wildcards.device, threads=snakemake.threads)
+    evaluate(snakemake.input.model, snakemake.input.batches, snakemake.input.stats,
+             output.generations, output.metrics, settings, params, dict(wildcards.items()))

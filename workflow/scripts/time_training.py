@@ -5,6 +5,7 @@ from batched_reasoning.stages.training_timing import time_distill, time_grpo
 params, wildcards = snakemake.params, snakemake.wildcards
 time_stage = {"grpo": time_grpo, "distill": time_distill}[wildcards.stage]
 settings = {"grpo": "settings", "distill": "batch_sizes"}[wildcards.stage]
+decode = {} if params.compile is None else {"compile": params.compile}  # GRPO's rollouts
 with log_to(snakemake.log[0]):
     time_stage(
         snakemake.input.model,
@@ -21,4 +22,5 @@ with log_to(snakemake.log[0]):
         repeats=Repeats.from_config(snakemake.params.timing),
         params=dict(params.items()),
         labels=dict(wildcards.items()),
+        **decode,
     )

@@ -53,7 +53,8 @@ def generation_repeat(model, spec: dict, batch_size: int):
     def repeat() -> int:
         result = generate(model, prompts, strategy="batched", batch_size=batch_size,
                           max_new_tokens=spec["max_new_tokens"], eos_token_id=None,
-                          pad_token_id=spec["pad_token_id"], sampler=sampler)
+                          pad_token_id=spec["pad_token_id"], sampler=sampler,
+                          compile=spec["compile"] or "off")
         return result.generated_tokens
 
     return repeat

@@ -32,7 +32,8 @@ from ..training.examples import Example, collate, epoch_batches
 from ..training.loop import train_loop
 from ..training.losses import masked_nll
 from ..training.state import finish_run, run_identity
-from ..training.settings import Settings, TrainingFiles
+from ..core.settings import Settings
+from ..training.settings import TrainingFiles
 
 
 @dataclass(frozen=True)

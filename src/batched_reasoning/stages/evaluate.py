@@ -6,6 +6,7 @@ a change to the grader never generates again."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ from ..core.memory import PeakMemory
 from ..engine.memory_model import baseline_mb, predict_peak_mb
 from ..data.prompts import TextTokenizer
 from ..core.provenance import run_info
+from ..core.settings import GenerationSettings
 from .tokenization import load_batches
 
 
@@ -28,27 +30,30 @@ def generations(result, tokenizer: TextTokenizer) -> list[dict]:
             for index, tokens in enumerate(result.tokens)]
 
 
-def evaluate(
-    model_dir: str, batches_path: str, stats_path: str, out_generations: str,
-    out_metrics: str, *,
-    strategy: str, batch_size: int, device: str, dtype: str, max_new_tokens: int,
-    prompt_style: str, threads: int, params: dict, labels: dict, compile: str = "off",
-) -> dict:
-    """Greedy generation over the padded batches; one record per problem plus metrics.
-    `compile` is how decode steps run (`engine.compiled`)."""
-    torch_device = resolve_device(device)  # fail before any work
-    torch.set_num_threads(threads)
+@dataclass(frozen=True)
+class EvaluationSettings(GenerationSettings):
+    """An evaluation run's settings: config `evaluate:` (`Settings.configured`) and the job's."""
+
+    max_new_tokens: int
+
+
+def evaluate(model_dir: str, batches_path: str, stats_path: str, out_generations: str,
+             out_metrics: str, settings: EvaluationSettings, params: dict, labels: dict) -> dict:
+    """Greedy generation over the padded batches; one record per problem plus metrics."""
+    torch_device = resolve_device(settings.device)  # fail before any work
+    torch.set_num_threads(settings.threads)
     prompts, order = load_batches(batches_path)
-    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
-    model = load_model(model_dir, dtype=dtype, device=torch_device)
+    tokenizer = TextTokenizer.from_model_dir(model_dir, settings.prompt_style)
+    model = load_model(model_dir, dtype=settings.dtype, device=torch_device)
     baseline = baseline_mb(model)
-    model.pack_for_inference(batch_size)
+    model.pack_for_inference(settings.batch_size)
     with PeakMemory(torch_device) as memory:
         start = time.perf_counter()
         result = generate(
-            model, prompts, strategy=strategy, batch_size=batch_size, order=order,
-            max_new_tokens=max_new_tokens, eos_token_id=tokenizer.end_token_ids,
-            pad_token_id=tokenizer.pad_token_id, progress=True, compile=compile,
+            model, prompts, strategy=settings.strategy, batch_size=settings.batch_size,
+            order=order,
+            max_new_tokens=settings.max_new_tokens, eos_token_id=tokenizer.end_token_ids,
+            pad_token_id=tokenizer.pad_token_id, progress=True, compile=settings.compile,
         )
         wall = time.perf_counter() - start
     write_jsonl(generations(result, tokenizer), out_generations)
@@ -65,18 +70,19 @@ def evaluate(
         "tokens_per_second": result.generated_tokens / wall,
         # only the batched strategies pad: sequential runs one prompt, continuous each at its length
         "pad_fraction": (read_json(stats_path)["pad_fraction"]
-                         if strategy in ("batched", "batched_stop") else 0.0),
+                         if settings.strategy in ("batched", "batched_stop") else 0.0),
         "peak_memory_mb": memory.peak_mb,
         "memory_measure": memory.measure,
         "kv_cache_mb": result.kv_cache_mb,
         "predicted_peak_memory_mb": predict_peak_mb(
-            model.cfg, dtype, 1 if strategy == "sequential" else batch_size,
-            max(len(p) for p in prompts), max_new_tokens, device, baseline,
+            model.cfg, settings.dtype,
+            1 if settings.strategy == "sequential" else settings.batch_size,
+            max(len(p) for p in prompts), settings.max_new_tokens, settings.device, baseline,
         )["total"],
         "baseline_memory_mb": baseline,
         "latency_p50_seconds": float(np.percentile(result.latency, 50)),
         "latency_p95_seconds": float(np.percentile(result.latency, 95)),
-        "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
+        "strategy": settings.strategy, "batch_size": settings.batch_size, "dtype": settings.dtype,
         "end_token_ids": list(tokenizer.end_token_ids),
     } | run_info(params, torch_device, __name__)
     write_json(metrics, out_metrics)

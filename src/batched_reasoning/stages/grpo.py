@@ -37,7 +37,8 @@ from ..engine.sampling import TopP
 from ..training.loop import train_loop
 from ..training.losses import token_logprobs
 from ..training.state import finish_run, run_identity
-from ..training.settings import Settings, TrainingFiles
+from ..core.settings import Settings
+from ..training.settings import TrainingFiles
 
 ADVANTAGE_EPS = 1e-4
 # Evaluation is not what the runs compare, so it uses one batch size everywhere: accuracies of
@@ -59,6 +60,7 @@ class GRPOSettings(Settings):
     batch_size: int  # rollouts generated together
     device: str
     dtype: str
+    compile: str  # how rollouts' and evaluations' decode steps run (`engine.compiled`)
     steps: int
     num_rollouts: int  # answers sampled per problem
     problems_per_step: int
@@ -151,7 +153,8 @@ def policy_update(model, optimizer, prompts, completions, advantages, pad_token_
     return step_loss, grad_norm.item()
 
 
-def eval_correct(model, tokenizer, prompts, answers, max_new_tokens: int) -> list[int]:
+def eval_correct(model, tokenizer, prompts, answers, max_new_tokens: int,
+                 compile: str = "off") -> list[int]:
     """Greedy correctness (1 or 0) on each held-out problem, in order; with several ranks each
     scores its share, so no rank waits in a collective while another evaluates alone. Kept per
     problem so that a table can pair a problem's answers before and after training."""
@@ -162,6 +165,7 @@ def eval_correct(model, tokenizer, prompts, answers, max_new_tokens: int) -> lis
             model, [prompts[i] for i in mine], strategy="batched_stop",
             batch_size=EVAL_BATCH_SIZE, max_new_tokens=max_new_tokens,
             eos_token_id=tokenizer.end_token_ids, pad_token_id=tokenizer.pad_token_id,
+            compile=compile,
         )
         scored = [(i, int(reward(tokenizer.decode(t), answers[i])))
                   for i, t in zip(mine, result.tokens)]
@@ -200,6 +204,7 @@ def grpo_step(model, optimizer, step: int, context: StepContext) -> dict:
             max_new_tokens=settings.max_new_tokens, eos_token_id=tokenizer.end_token_ids,
             pad_token_id=tokenizer.pad_token_id, sampler=context.sampler,
             keys=[(step * settings.problems_per_step + p, r) for p, r in mine],
+            compile=settings.compile,
         )
         gen_seconds = time.perf_counter() - tick
         rewards = torch.zeros(settings.problems_per_step, settings.num_rollouts)
@@ -249,12 +254,13 @@ class HeldOut:
     prompts: list[list[int]]
     answers: list[str]
     max_new_tokens: int
+    compile: str
 
     def evaluate_into(self, model, row: dict) -> dict:
         """`row` with the accuracy, each problem's correctness and the time it took."""
         tick = time.perf_counter()
         correct = eval_correct(model, self.tokenizer, self.prompts, self.answers,
-                               self.max_new_tokens)
+                               self.max_new_tokens, self.compile)
         row["eval_acc"] = sum(correct) / len(correct)
         row["eval_correct"] = correct
         row["eval_seconds"] = time.perf_counter() - tick
@@ -290,7 +296,7 @@ def train_grpo(model_dir: str, train_path: str, test_path: str, files: TrainingF
     held_out = HeldOut(tokenizer, [tokenizer.encode(format_prompt(r["problem"],
                                                                 settings.prompt_style))
                                    for r in test], [r["answer"] for r in test],
-                       settings.max_new_tokens)
+                       settings.max_new_tokens, settings.compile)
     context = StepContext(settings, tokenizer, train, TopP(settings.temperature, settings.top_p,
                                                            settings.seed), torch_device)
 

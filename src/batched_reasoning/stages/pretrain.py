@@ -32,7 +32,8 @@ from ..training.examples import Example, epoch_batches, pack
 from ..training.loop import train_loop
 from ..training.losses import packed_token_mean_nll
 from ..training.state import finish_run, run_identity
-from ..training.settings import Settings, TrainingFiles
+from ..core.settings import Settings
+from ..training.settings import TrainingFiles
 
 
 @dataclass(frozen=True)

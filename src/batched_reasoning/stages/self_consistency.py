@@ -30,6 +30,7 @@ from ..core.io import read_jsonl, write_json, write_jsonl
 from ..core.memory import PeakMemory
 from ..data.prompts import TextTokenizer, format_prompt
 from ..core.provenance import run_info
+from ..core.settings import GenerationSettings
 from ..engine.sampling import TopP
 
 
@@ -105,33 +106,43 @@ def sample_answers(
     return samples
 
 
-def self_consistency(
-    model_dir: str, records_path: str, out_samples: str, out_metrics: str, *,
-    strategy: str, batch_size: int, device: str, dtype: str, num_samples: int,
-    temperature: float, top_p: float, max_new_tokens: int, prompt_style: str, prompt_suffix: str,
-    seed: int, early_stop: bool, limit: int | None, threads: int, params: dict, labels: dict,
-    compile: str = "off",
-) -> dict:
+@dataclass(frozen=True)
+class SamplingSettings(GenerationSettings):
+    """A self-consistency run's settings: config `self_consistency:` (`Settings.configured`)
+    and the job's."""
+
+    num_samples: int
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    prompt_suffix: str
+    seed: int
+    early_stop: bool
+    limit: int | None
+
+
+def self_consistency(model_dir: str, records_path: str, out_samples: str, out_metrics: str,
+                     settings: SamplingSettings, params: dict, labels: dict) -> dict:
     """Sample every problem; write its samples (one record per problem) and the run's metrics.
-    The `vote` job (`stages.grade`) votes and grades. `compile` is how decode steps run
-    (`engine.compiled`)."""
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-    sampler = make_sampler(temperature, top_p, seed)
-    torch_device = resolve_device(device)  # fail before any work
-    torch.set_num_threads(threads)
-    records = read_jsonl(records_path)[:limit]
-    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
-    prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style, prompt_suffix))
-               for r in records]
-    model = load_model(model_dir, dtype=dtype, device=torch_device)
-    model.pack_for_inference(batch_size)
+    The `vote` job (`stages.grade`) votes and grades."""
+    if settings.num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {settings.num_samples}")
+    sampler = make_sampler(settings.temperature, settings.top_p, settings.seed)
+    torch_device = resolve_device(settings.device)  # fail before any work
+    torch.set_num_threads(settings.threads)
+    records = read_jsonl(records_path)[:settings.limit]
+    tokenizer = TextTokenizer.from_model_dir(model_dir, settings.prompt_style)
+    prompts = [tokenizer.encode(format_prompt(r["problem"], settings.prompt_style,
+                                              settings.prompt_suffix)) for r in records]
+    model = load_model(model_dir, dtype=settings.dtype, device=torch_device)
+    model.pack_for_inference(settings.batch_size)
     with PeakMemory(torch_device) as memory:
         start = time.perf_counter()
         samples = sample_answers(
-            model, tokenizer, prompts, num_samples=num_samples, strategy=strategy,
-            batch_size=batch_size, max_new_tokens=max_new_tokens, sampler=sampler,
-            early_stop=early_stop, progress=True, compile=compile,
+            model, tokenizer, prompts, num_samples=settings.num_samples,
+            strategy=settings.strategy, batch_size=settings.batch_size,
+            max_new_tokens=settings.max_new_tokens, sampler=sampler,
+            early_stop=settings.early_stop, progress=True, compile=settings.compile,
         )
         wall = time.perf_counter() - start
     write_jsonl([{"index": i, "texts": texts} for i, texts in enumerate(samples.texts)],
@@ -139,10 +150,10 @@ def self_consistency(
     used = sum(map(len, samples.texts))
     metrics = labels | {
         "n_problems": len(records),
-        "num_samples": num_samples,
+        "num_samples": settings.num_samples,
         "samples_used": used,
-        "samples_saved": num_samples * len(records) - used,
-        "early_stop": early_stop,
+        "samples_saved": settings.num_samples * len(records) - used,
+        "early_stop": settings.early_stop,
         "rounds": samples.rounds,
         "batches": samples.batches,
         "prefills": samples.prefills,
@@ -156,7 +167,7 @@ def self_consistency(
         "kv_cache_mb": samples.kv_cache_mb,
         "decode_mode": samples.decode_mode, "graphs": samples.graphs,
         "compile_seconds": samples.compile_seconds,
-        "strategy": strategy, "batch_size": batch_size, "dtype": dtype,
+        "strategy": settings.strategy, "batch_size": settings.batch_size, "dtype": settings.dtype,
         "end_token_ids": list(tokenizer.end_token_ids),
     } | run_info(params, torch_device, __name__)
     write_json(metrics, out_metrics)

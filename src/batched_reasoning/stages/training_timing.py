@@ -69,7 +69,7 @@ def time_setting(model, start_state: dict, make_optimizer: Callable, step: Calla
 def time_grpo(model_dir: str, train_path: str, out_metrics: str, *, config: dict,
               settings: list[tuple[str, int]], timed_steps: int, device: str, dtype: str,
               threads: int, prompt_style: str, seed: int, repeats: Repeats, params: dict,
-              labels: dict) -> dict:
+              labels: dict, compile: str = "off") -> dict:
     """GRPO's first `timed_steps` steps with rollouts one at a time (`sequential`) and under
     each (strategy, batch size) of `settings`; `config` is the stage's settings
     (`Plan.settings`)."""
@@ -85,7 +85,8 @@ def time_grpo(model_dir: str, train_path: str, out_metrics: str, *, config: dict
     for strategy, size in [("sequential", 1), *settings]:
         stage_settings = GRPOSettings.from_params(
             config, strategy=strategy, batch_size=size, device=device, dtype=dtype,
-            steps=timed_steps, seed=seed, prompt_style=prompt_style, threads=threads)
+            compile=compile, steps=timed_steps, seed=seed, prompt_style=prompt_style,
+            threads=threads)
         context = StepContext(stage_settings, tokenizer, train,
                               TopP(config["temperature"], config["top_p"], seed), torch_device)
 

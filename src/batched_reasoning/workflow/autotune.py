@@ -282,9 +282,10 @@ def stage_work(stage: str, model_dir: str, records_path: str, settings: dict,
 def probe(stage: str, model_dir: str, records_path: str, out_json: str, *, device: str,
           dtype: str, threads: int, prompt_style: str, settings: dict,
           memory_budget_mb: float | None, seed: int, params: dict, labels: dict,
-          run_trial: Callable[[int], Trial] | None = None) -> dict:
+          compile: str | None = "off", run_trial: Callable[[int], Trial] | None = None) -> dict:
     """Probe `stage`'s batch sizes on `device`; write every trial, the thresholds, the choice
-    and the device's identity to `out_json`."""
+    and the device's identity to `out_json`. `compile` is how a generating stage's decode
+    steps run (`engine.compiled`), as in the runs the probe sizes."""
     import torch
 
     from ..core.devices import resolve_device
@@ -297,7 +298,7 @@ def probe(stage: str, model_dir: str, records_path: str, out_json: str, *, devic
     budget, budget_source = device_budget_mb(device, memory_budget_mb)
     work, cap = stage_work(stage, model_dir, records_path, settings, prompt_style, seed)
     spec = work | {"model_dir": str(model_dir), "device": device, "dtype": dtype,
-                   "threads": threads}
+                   "threads": threads, "compile": compile}
     result = run_probe(run_trial or fresh_process_trial(spec, budget, device), budget, cap)
     record = labels | result | {
         "stage": stage,

@@ -194,12 +194,15 @@ class Plan:
         return declared_shape(entry["shape"], f"models.{base}.shape")
 
     def settings(self, stage: str) -> dict:
-        """A training stage's configured settings (`Settings.configured`): its rule's params."""
+        """A stage's configured settings (`Settings.configured`): its rule's params."""
         from ..stages.distill import DistillSettings
+        from ..stages.evaluate import EvaluationSettings
         from ..stages.grpo import GRPOSettings
         from ..stages.pretrain import PretrainSettings
+        from ..stages.self_consistency import SamplingSettings
 
-        kind = {"pretrain": PretrainSettings, "grpo": GRPOSettings, "distill": DistillSettings}
+        kind = {"pretrain": PretrainSettings, "grpo": GRPOSettings, "distill": DistillSettings,
+                "evaluate": EvaluationSettings, "self_consistency": SamplingSettings}
         return kind[stage].configured(self.config[stage])
 
     # --- batch sizes, `auto` among them ---------------------------------------------------------

@@ -76,6 +76,11 @@ class Wiring:
     def compile_of(self, w) -> str:
         return self.config["compile"][w.device]
 
+    def stage_compile_of(self, w) -> str | None:
+        """The decode mode of a job whose stage is a wildcard (a timing, a probe): None for
+        distillation, which generates nothing."""
+        return None if w.stage == "distill" else self.compile_of(w)
+
     # --- resources --------------------------------------------------------------------------
 
     def partition(self) -> dict:
