@@ -1,7 +1,10 @@
+import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 from batched_reasoning.model import kernels
 from batched_reasoning.model.checkpoint import save_model
@@ -9,6 +12,14 @@ from batched_reasoning.model.config import Qwen3Config
 from batched_reasoning.model.qwen3 import Qwen3
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# Under `-n auto` (pyproject) every CPU runs a test process: each computes on one thread, its
+# child processes too, since an OpenMP team of two whose second thread waits for a CPU that
+# another worker holds stalls at every parallel step (a benchmark test took 9x as long).
+# A test that wants more threads asks for them (`torch.set_num_threads`, a job's `threads`).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 EOS = 3
 PAD = 0
 
@@ -27,6 +38,25 @@ def wisdom_of_this_test_session(tmp_path_factory):
     patch.setenv("BATCHED_REASONING_WISDOM", str(path))
     yield path
     patch.undo()
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """One complete run of the tiny workflow config for the whole session, and the jobs it ran:
+    the modules that check a finished run (its tables, its reruns, a cluster's records) copy
+    it (`workflow_helpers.copy_run`) or read it, instead of each running it again. Made once
+    for all of a session's workers: the first to ask makes it, the others wait for it."""
+    from workflow_helpers import complete_tiny_run
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    made = shared / "tiny_run.json"
+    with FileLock(str(shared / "tiny_run.lock")):
+        if not made.exists():
+            workdir, ran = complete_tiny_run(shared / "tiny_run" / "run")
+            made.write_text(json.dumps({"workdir": str(workdir), "ran": ran}))
+    record = json.loads(made.read_text())
+    return Path(record["workdir"]), record["ran"]
 
 
 @pytest.fixture

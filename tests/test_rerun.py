@@ -16,7 +16,8 @@ import time
 
 import pytest
 import yaml
-from workflow_helpers import REPO, SNAKEMAKE, copy_run, copy_workflow, snakemake, with_own_library
+from workflow_helpers import (REPO, SNAKEMAKE, copy_run, jobs_that_ran, library_env,
+                              snakemake)
 
 from batched_reasoning.core.io import read_json
 from batched_reasoning.workflow.plan import Plan
@@ -27,19 +28,9 @@ pytestmark = pytest.mark.slow
 OUTPUT_DIRS = ("results", "resources")
 
 
-def library_env(workdir):
-    return os.environ | {"PYTHONPATH": str(workdir / "src")}
-
-
 def run(workdir, *args, check=True):
     """A real `snakemake` run; returns {rule: jobs that ran}."""
-    proc = snakemake(workdir, *args, env=library_env(workdir), check=check)
-    ran = {}
-    for rule in re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", proc.stdout + proc.stderr,
-                           re.M):
-        ran[rule] = ran.get(rule, 0) + 1
-    ran.pop("all", None)
-    return ran
+    return jobs_that_ran(snakemake(workdir, *args, env=library_env(workdir), check=check))
 
 
 def merged(base: dict, override: dict) -> dict:
@@ -62,10 +53,10 @@ COMPLETE_RUN: dict[str, int] = {}
 
 
 @pytest.fixture(scope="module")
-def complete_run(tmp_path_factory):
-    workdir = with_own_library(copy_workflow(tmp_path_factory.mktemp("rerun") / "run"))
-    COMPLETE_RUN.update(run(workdir))
-    return workdir
+def complete_run(tiny_run, tmp_path_factory):
+    workdir, ran = tiny_run
+    COMPLETE_RUN.update(ran)
+    return copy_run(workdir, tmp_path_factory.mktemp("rerun") / "run")
 
 
 def complete_run_of(rules) -> dict[str, int]:

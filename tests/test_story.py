@@ -92,8 +92,11 @@ def test_seed_ranges():
 def test_the_story_check_runs_every_seed_on_every_cpu_class(tmp_path):
     """The README's command, on the tiny config: one workflow per CPU class, each class's jobs
     on its kernels, and one table of every run."""
+    config = TINY_CONFIG | {"seeds": [0]}
+    for stage in ("grpo", "distill"):  # one rank: the story's runs, not data parallelism
+        config[stage] = config[stage] | {"world_sizes": [1]}
     tiny = tmp_path / "tiny.yaml"
-    tiny.write_text(yaml.safe_dump(TINY_CONFIG | {"seeds": [0]}))
+    tiny.write_text(yaml.safe_dump(config))
     out = tmp_path / "check"
     subprocess.run([sys.executable, "-m", "batched_reasoning.workflow.story", "--seeds", "0-1",
                     "--cpu-classes", "native,avx2", "--cores", "2", "--repo", str(REPO),

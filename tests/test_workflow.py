@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from workflow_helpers import REPO, SNAKEMAKE, TINY_CONFIG, copy_workflow, snakemake
+from workflow_helpers import REPO, SNAKEMAKE, TINY_CONFIG, copy_run, copy_workflow, snakemake
 
 from batched_reasoning.model.config import Qwen3Config
 from batched_reasoning.engine.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb
@@ -19,10 +19,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    workdir = copy_workflow(tmp_path_factory.mktemp("workflow"))
-    snakemake(workdir)
-    return workdir
+def finished_run(tiny_run, tmp_path_factory):
+    return copy_run(tiny_run[0], tmp_path_factory.mktemp("workflow") / "run")
 
 
 def test_evaluation_table_is_the_batching_curve(finished_run):

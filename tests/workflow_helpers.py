@@ -1,5 +1,6 @@
 """Run the real workflow (real Snakemake, real files) in a temporary copy of the repository."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -85,3 +86,25 @@ def copy_run(complete: Path, destination: Path) -> Path:
     """A finished run copied with its mtimes (copy2), so Snakemake sees it as finished."""
     shutil.copytree(complete, destination, symlinks=True)
     return destination
+
+
+def library_env(workdir: Path) -> dict:
+    """The environment of a run that imports the library from the work directory's copy."""
+    return os.environ | {"PYTHONPATH": str(workdir / "src")}
+
+
+def jobs_that_ran(proc: subprocess.CompletedProcess) -> dict[str, int]:
+    """{rule: jobs} a finished `snakemake` process ran, from its output."""
+    ran: dict[str, int] = {}
+    for rule in re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", proc.stdout + proc.stderr,
+                           re.M):
+        ran[rule] = ran.get(rule, 0) + 1
+    ran.pop("all", None)
+    return ran
+
+
+def complete_tiny_run(destination: Path) -> tuple[Path, dict[str, int]]:
+    """A complete run of `TINY_CONFIG` that imports its own copy of the library
+    (`with_own_library`), and the jobs it ran."""
+    workdir = with_own_library(copy_workflow(destination))
+    return workdir, jobs_that_ran(snakemake(workdir, env=library_env(workdir)))
