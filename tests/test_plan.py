@@ -343,3 +343,27 @@ def test_a_stage_is_told_every_setting_its_config_holds_and_nothing_else(stage, 
     assert "not_a_setting" not in params and set(params) <= set(config[stage])
     settings = kind.from_params(params | given)
     assert {name: getattr(settings, name) for name in params} == params
+
+
+@pytest.mark.parametrize("stage", ["evaluate", "self_consistency"])
+def test_a_curve_point_is_told_its_whole_timed_workload(stage):
+    """With what the job knows (its wildcards, threads, the device's dtype and decode mode),
+    a point's params make the whole settings object; its answers are drawn as its stage's."""
+    from batched_reasoning.stages.timing import TimingSettings
+
+    config = copy.deepcopy(DEFAULTS)
+    config["timing"]["maximum_repeats"] = 5
+    plan = Plan(config)
+    settings = TimingSettings.from_params(
+        plan.curve_settings(stage, 4), batch_size=4, device="cpu", dtype="float32",
+        compile="off", prompt_style="base", threads=1, seed=0)
+    assert settings.strategies == plan.curve_strategies(stage, 4)
+    assert settings.timing["maximum_repeats"] == 5
+    assert settings.max_new_tokens == config[stage]["max_new_tokens"]
+    drawn = (settings.num_samples, settings.temperature)
+    if stage == "evaluate":
+        assert drawn == (1, 0.0) and settings.problems == config[stage]["timed_problems"]
+    else:
+        sampling = config[stage]
+        assert drawn == (sampling["num_samples"], sampling["temperature"])
+        assert settings.problems == sampling["curve"]["problems"]

@@ -73,11 +73,10 @@ class Settings:
 
 @dataclass(frozen=True)
 class GenerationSettings(Settings):
-    """What every generating job is told beside its stage's config section: its strategy,
-    batch size and device (wildcards), the device's dtype and decode mode (`compile`,
-    `engine.compiled`), the model's prompt style, and its threads."""
+    """What every generating job is told beside its stage's config section and its
+    strategies: its batch size and device (wildcards), the device's dtype and decode mode
+    (`compile`, `engine.compiled`), the model's prompt style, and its threads."""
 
-    strategy: str
     batch_size: int
     device: str
     dtype: str

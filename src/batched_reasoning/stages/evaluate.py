@@ -34,6 +34,7 @@ def generations(result, tokenizer: TextTokenizer) -> list[dict]:
 class EvaluationSettings(GenerationSettings):
     """An evaluation run's settings: config `evaluate:` (`Settings.configured`) and the job's."""
 
+    strategy: str
     max_new_tokens: int
 
 

@@ -111,6 +111,7 @@ class SamplingSettings(GenerationSettings):
     """A self-consistency run's settings: config `self_consistency:` (`Settings.configured`)
     and the job's."""
 
+    strategy: str
     num_samples: int
     temperature: float
     top_p: float

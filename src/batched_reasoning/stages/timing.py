@@ -23,6 +23,7 @@ from ..core.io import read_jsonl, write_json, write_jsonl
 from ..core.machine import machine_limits
 from ..core.memory import PeakMemory
 from ..core.provenance import run_info
+from ..core.settings import GenerationSettings
 from ..core.timing import Repeats, repeat, setup_seconds
 from ..data.prompts import TextTokenizer, format_prompt
 from ..engine import compiled
@@ -122,32 +123,48 @@ def time_strategy(work: Workload, strategy: str, size: int, repeats: Repeats, de
     return summaries, samples, first, memory
 
 
-def time_generation(
-    model_dir: str, records_path: str, out_records: str, out_metrics: str, *,
-    strategies: list[str], batch_size: int, device: str, dtype: str, max_new_tokens: int,
-    prompt_style: str, threads: int, n_problems: int, repeats: Repeats, num_samples: int = 1,
-    temperature: float = 0.0, top_p: float = 1.0, prompt_suffix: str = "", seed: int = 0,
-    params: dict, labels: dict, compile: str = "off",
-) -> dict:
-    """Time every strategy at `batch_size` on the first `n_problems` problems (`num_samples`
+@dataclass(frozen=True)
+class TimingSettings(GenerationSettings):
+    """A curve point's settings (`Plan.curve_settings`): the strategies it times at its batch
+    size, the stage's timed workload (problems, answer budget, samples and how they are drawn),
+    how it is timed (config `timing:`), and the job's device, dtype, decode mode, prompt style
+    and threads."""
+
+    strategies: list
+    problems: int
+    max_new_tokens: int
+    num_samples: int
+    temperature: float  # 0: greedy
+    top_p: float
+    prompt_suffix: str
+    seed: int
+    timing: dict  # minimum_repeats, maximum_repeats, relative_half_width
+
+
+def time_generation(model_dir: str, records_path: str, out_records: str, out_metrics: str,
+                    settings: TimingSettings, params: dict, labels: dict) -> dict:
+    """Time every strategy at the batch size on the first `problems` problems (`num_samples`
     each; greedy at temperature 0). Writes each strategy's outputs and timed numbers."""
-    torch_device = resolve_device(device)  # fail before any work
-    torch.set_num_threads(threads)
-    records = read_jsonl(records_path)[:n_problems]
-    tokenizer = TextTokenizer.from_model_dir(model_dir, prompt_style)
-    prompts, keys = workload(records, tokenizer, prompt_style, num_samples, prompt_suffix)
-    model = load_model(model_dir, dtype=dtype, device=torch_device)
+    torch_device = resolve_device(settings.device)  # fail before any work
+    torch.set_num_threads(settings.threads)
+    records = read_jsonl(records_path)[:settings.problems]
+    tokenizer = TextTokenizer.from_model_dir(model_dir, settings.prompt_style)
+    prompts, keys = workload(records, tokenizer, settings.prompt_style, settings.num_samples,
+                             settings.prompt_suffix)
+    model = load_model(model_dir, dtype=settings.dtype, device=torch_device)
     baseline = baseline_mb(model)
-    model.pack_for_inference(batch_size)
-    sampler = make_sampler(temperature, top_p, seed) if num_samples > 1 else Greedy()
-    work = Workload(model, tokenizer, prompts, keys, sampler, max_new_tokens, compile)
+    model.pack_for_inference(settings.batch_size)
+    sampler = (make_sampler(settings.temperature, settings.top_p, settings.seed)
+               if settings.num_samples > 1 else Greedy())
+    work = Workload(model, tokenizer, prompts, keys, sampler, settings.max_new_tokens,
+                    settings.compile)
     setup = setup_seconds()  # before the roofline's one-off measurement of this machine
     limits = machine_limits(torch_device, model.dtype)
     runs, outputs = [], []
-    for strategy in strategies:
-        size = 1 if strategy == "sequential" else batch_size
-        summaries, samples, first, memory = time_strategy(work, strategy, size, repeats,
-                                                          torch_device)
+    for strategy in settings.strategies:
+        size = 1 if strategy == "sequential" else settings.batch_size
+        summaries, samples, first, memory = time_strategy(
+            work, strategy, size, Repeats.from_config(settings.timing), torch_device)
         runs.append({
             "strategy": strategy, "batch_size": size, "repeats": len(samples),
             "summaries": {name: s.as_dict() for name, s in summaries.items()},
@@ -157,8 +174,8 @@ def time_generation(
             "decode_mode": first.compiled, "graphs": first.graphs,
             "compile_seconds": first.compile_seconds,
             "predicted_peak_memory_mb": predict_peak_mb(
-                model.cfg, dtype, size, max(map(len, prompts)), max_new_tokens, device,
-                baseline, distinct_prompts=min(size, len(records)))["total"],
+                model.cfg, settings.dtype, size, max(map(len, prompts)), settings.max_new_tokens,
+                settings.device, baseline, distinct_prompts=min(size, len(records)))["total"],
         } | shape(work, strategy, size, first, limits))
         outputs += [{"strategy": strategy, "index": i, "key": list(key),
                      "generated_text": tokenizer.decode(tokens),
@@ -167,9 +184,10 @@ def time_generation(
                         zip(keys, first.tokens, first.margins, first.steps))]
     write_jsonl(outputs, out_records)
     metrics = labels | {
-        "n_problems": len(records), "num_samples": num_samples, "n_prompts": len(prompts),
-        "max_new_tokens": max_new_tokens, "dtype": dtype, "threads": torch.get_num_threads(),
-        "temperature": temperature if num_samples > 1 else 0.0,
+        "n_problems": len(records), "num_samples": settings.num_samples,
+        "n_prompts": len(prompts), "max_new_tokens": settings.max_new_tokens,
+        "dtype": settings.dtype, "threads": torch.get_num_threads(),
+        "temperature": settings.temperature if settings.num_samples > 1 else 0.0,
         "model_shape": model.cfg.to_dict(),
         "machine": machine_record(torch_device), "machine_limits": limits.as_dict(),
         "setup_s": setup, "runs": runs,

@@ -390,13 +390,19 @@ class Plan:
                                               self.threads, self.root) for size in sorted(sizes)]
         return [p for p in points if not probed or self.over_budget(stage, p) is None]
 
-    def curve_sampling(self, stage: str) -> dict:
-        """How a curve's answers are drawn: greedy, one per problem (evaluation), or the
+    def curve_settings(self, stage: str, batch_size: int) -> dict:
+        """A curve point's settings from the config (`stages.timing.TimingSettings` less the
+        job's own): the strategies it times, the stage's timed workload, and `timing`. Its
+        answers are drawn as the stage draws them: greedy, one per problem (evaluation), or the
         stage's samples per problem (self-consistency)."""
-        if stage == "evaluate":
-            return {"num_samples": 1}
         cfg = self.config[stage]
-        return {key: cfg[key] for key in ("num_samples", "temperature", "top_p", "prompt_suffix")}
+        drawn = ({"num_samples": 1, "temperature": 0.0, "top_p": 1.0, "prompt_suffix": ""}
+                 if stage == "evaluate" else
+                 {key: cfg[key] for key in ("num_samples", "temperature", "top_p",
+                                            "prompt_suffix")})
+        return {"strategies": self.curve_strategies(stage, batch_size),
+                "problems": self.curve_setting(stage)["problems"],
+                "max_new_tokens": cfg["max_new_tokens"], "timing": self.config["timing"]} | drawn
 
     def curve_inputs(self, stage: str) -> dict[str, list[str]]:
         points = self.curve_points(stage)
