@@ -70,6 +70,11 @@ class Settings:
         return dataclasses.asdict(self)
 
 
+def _describe(expected) -> str:
+    if typing.get_origin(expected) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(option) for option in typing.get_args(expected))
+    return "None" if expected is type(None) else expected.__name__
+
 
 @dataclass(frozen=True)
 class GenerationSettings(Settings):
@@ -83,8 +88,3 @@ class GenerationSettings(Settings):
     compile: str
     prompt_style: str
     threads: int
-
-def _describe(expected) -> str:
-    if typing.get_origin(expected) in (typing.Union, types.UnionType):
-        return " or ".join(_describe(option) for option in typing.get_args(expected))
-    return "None" if expected is type(None) else expected.__name__

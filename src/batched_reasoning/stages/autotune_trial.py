@@ -54,7 +54,7 @@ def generation_repeat(model, spec: dict, batch_size: int):
         result = generate(model, prompts, strategy="batched", batch_size=batch_size,
                           max_new_tokens=spec["max_new_tokens"], eos_token_id=None,
                           pad_token_id=spec["pad_token_id"], sampler=sampler,
-                          compile=spec["compile"] or "off")
+                          compile=spec["compile"])
         return result.generated_tokens
 
     return repeat

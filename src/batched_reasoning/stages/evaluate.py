@@ -52,8 +52,8 @@ def evaluate(model_dir: str, batches_path: str, stats_path: str, out_generations
         start = time.perf_counter()
         result = generate(
             model, prompts, strategy=settings.strategy, batch_size=settings.batch_size,
-            order=order,
-            max_new_tokens=settings.max_new_tokens, eos_token_id=tokenizer.end_token_ids,
+            order=order, max_new_tokens=settings.max_new_tokens,
+            eos_token_id=tokenizer.end_token_ids,
             pad_token_id=tokenizer.pad_token_id, progress=True, compile=settings.compile,
         )
         wall = time.perf_counter() - start

@@ -160,11 +160,12 @@ def time_generation(model_dir: str, records_path: str, out_records: str, out_met
                     settings.compile)
     setup = setup_seconds()  # before the roofline's one-off measurement of this machine
     limits = machine_limits(torch_device, model.dtype)
+    repeats = Repeats.from_config(settings.timing)
     runs, outputs = [], []
     for strategy in settings.strategies:
         size = 1 if strategy == "sequential" else settings.batch_size
-        summaries, samples, first, memory = time_strategy(
-            work, strategy, size, Repeats.from_config(settings.timing), torch_device)
+        summaries, samples, first, memory = time_strategy(work, strategy, size, repeats,
+                                                          torch_device)
         runs.append({
             "strategy": strategy, "batch_size": size, "repeats": len(samples),
             "summaries": {name: s.as_dict() for name, s in summaries.items()},
