@@ -24,6 +24,7 @@ from batched_reasoning.bench.cli import (
 )
 from batched_reasoning.bench.memory import main as memory_main
 from batched_reasoning.model.checkpoint import save_model
+from batched_reasoning.model.config import Qwen3Config
 from batched_reasoning.core.cpu_class import current_cpu_class
 from batched_reasoning.engine.generation import STRATEGIES, generate
 from batched_reasoning.core.io import write_jsonl
@@ -80,8 +81,11 @@ def test_cli_writes_a_row_per_strategy_and_batch_size(tiny_bench_checkpoint, tmp
     assert (table.generated_tokens == 4 * 6).all(), "--no-eos: every row runs max-new-tokens"
     assert (table.same_as_sequential == 1.0).all()
     provenance = json.loads((tmp_path / "out.json").read_text())
-    [pack_from] = [choice for name, choice in provenance["kernel_choices"].items()
-                   if name.startswith("pack_from_rows/float32/")]  # as timed on this CPU
+    cfg = Qwen3Config.from_file(d / "tiny" / "config.json")  # (this test process may have
+    layer_shape = (cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim,  # timed others)
+                   cfg.num_key_value_heads * cfg.head_dim, cfg.intermediate_size)
+    pack_from = provenance["kernel_choices"][  # as timed on this CPU
+        f"pack_from_rows/float32/{'x'.join(map(str, layer_shape))}"]
     assert (table.packed_weights == (pack_from is not None and table.batch_size >= pack_from)).all()
     assert provenance["packages"]["torch"] and len(provenance["rows"]) == len(table)
     assert provenance["code_hash"]

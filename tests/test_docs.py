@@ -45,6 +45,10 @@ BENCH = (
     "python -m batched_reasoning.bench --checkpoint ckpt/qwen3-0.6b-random --prompts "
     "math500_test.json --n-prompts 16 --batch-sizes 1,4,8,16 --strategies batched_stop,continuous "
     "--answer-lengths 16,256 --book --transformers --dtype bfloat16 --csv bench.csv --json bench.json")
+COMPILED_BENCH = (
+    "python -m batched_reasoning.bench --checkpoint ckpt/qwen3-0.6b-random --prompts "
+    "math500_test.json --n-prompts 16 --strategies batched_stop --answer-lengths 16,32 "
+    "--transformers --threads 2 --batch-sizes 1 --dtype bfloat16 --compile on --csv compiled.csv")
 BENCH_MEMORY = (
     "python -m batched_reasoning.bench.memory --checkpoint ckpt/qwen3-0.6b-random --prompts "
     "math500_test.json --batch-sizes 1,4,8,16 --dtype float32 --csv memory.csv --json memory.json")
@@ -93,6 +97,7 @@ RUN_BY = {
     MAKE_CHECKPOINT: "test_benchmarking_commands",
     BENCH: "test_benchmarking_commands",
     BENCH_MEMORY: "test_benchmarking_commands",
+    COMPILED_BENCH: "test_benchmarking_commands",
     LLAMA_BUILD: "test_llama_cpp_commands",
     LLAMA_CONVERT: "test_llama_cpp_commands",
     LLAMA_BENCH: "test_llama_cpp_commands",
@@ -215,6 +220,10 @@ def test_benchmarking_commands(tmp_path):
     shell(BENCH_MEMORY, scratch)
     memory = pd.read_csv(scratch / "memory.csv")
     assert sorted(memory.batch_size) == [1, 4, 8, 16]
+    shell(COMPILED_BENCH, scratch)
+    compiled = pd.read_csv(scratch / "compiled.csv")
+    assert set(compiled.set_index("implementation").loc[["ours"], "decode_mode"]) == {"compiled"}
+    assert pd.read_csv(scratch / "compiled-decode.csv").decode_mode.tolist() == ["compiled"]
 
 
 @pytest.mark.skipif(not os.environ.get("LLAMA_CPP"),

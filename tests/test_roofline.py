@@ -99,3 +99,24 @@ def test_a_dtype_too_slow_for_the_full_product_is_timed_smaller(monkeypatch, sec
     monkeypatch.setattr(roofline.machine.time, "perf_counter", lambda: next(clock))
     rate = roofline.machine.product_gflop_s(torch.device("cpu"), torch.float32, 2048, repeats=2)
     assert rate == pytest.approx(2 * timed_side**3 / seconds_per_product / 1e9)
+
+
+@pytest.mark.slow
+def test_a_compiled_step_is_profiled_after_every_shape_is_compiled(monkeypatch):
+    """`--compile on`: the decode table times the compiled step, and no timed or profiled
+    step compiles (a first pass on a cache of its own traced every shape they reach)."""
+    graphs_at_each_call = []
+    decode_steps = roofline._decode_steps
+
+    def counting(state, tokens, steps):
+        tokens = decode_steps(state, tokens, steps)
+        graphs_at_each_call.append(state.stepper.graphs)
+        return tokens
+
+    monkeypatch.setattr(roofline, "_decode_steps", counting)
+    limits = MachineLimits(read_gb_s=10, matmul_gflop_s=100)
+    [row] = roofline.decode_table(random_model(), [2], 30, limits, "float32", compile="on")
+    assert row["decode_mode"] == "compiled"
+    first_pass, *timed = graphs_at_each_call
+    assert first_pass >= 2  # 17 steps from 30 cached positions: two length buckets
+    assert timed == [first_pass] * 3  # warm-up, timed, profiled

@@ -18,6 +18,7 @@ import torch
 from ..core import machine
 from ..core.devices import synchronize
 from ..core.machine import MachineLimits, measure_machine, product_gflop_s, timed_size
+from ..engine import compiled
 from ..engine.compiled import Eager
 from ..engine.decode import DecodeState
 from ..engine.generation import Greedy, pick
@@ -53,22 +54,31 @@ def _decode_steps(state: DecodeState, tokens: list[int], steps: int) -> list[int
     return tokens
 
 
+def _prefilled(model, prompt, capacity: int, stepper) -> tuple[DecodeState, list[int]]:
+    cache = KVCache.for_model(model, prompt.shape[0], capacity)
+    logits = model(prompt, torch.ones_like(prompt, dtype=torch.bool), cache=cache, last_only=True)
+    state = DecodeState.after_batch_prefill(model, cache, stepper)
+    return state, logits[:, -1].argmax(-1).tolist()
+
+
 @torch.inference_mode()
-def profile_decode_step(model, batch: int, context: int, steps: int = 8, seed: int = 0) -> dict:
+def profile_decode_step(model, batch: int, context: int, steps: int = 8, seed: int = 0,
+                        stepper=None) -> dict:
     """Time `steps` decode steps of `batch` rows at about `context` cached positions (random
     prompt tokens, no padding), then profile as many more; milliseconds per step, in all and by
     kind. `host` is the profiled step's wall time that no operator accounts for (Python,
-    the loop's bookkeeping, launching)."""
+    the loop's bookkeeping, launching). A compiled `stepper` first runs every step once on a
+    cache of its own, so that compiling is not timed."""
+    stepper = stepper or Eager()
     generator = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, model.cfg.vocab_size, (batch, context), generator=generator)
-    capacity = context + 2 * steps + 1
-    cache = KVCache.for_model(model, batch, capacity)
     prompt = prompt.to(model.device)
+    capacity = stepper.capacity(context + 2 * steps + 1)
     with model.decoding(capacity):
-        logits = model(prompt, torch.ones_like(prompt, dtype=torch.bool), cache=cache,
-                       last_only=True)
-        state = DecodeState.after_batch_prefill(model, cache, Eager())
-        tokens = _decode_steps(state, logits[:, -1].argmax(-1).tolist(), 1)  # warm-up
+        if not isinstance(stepper, Eager):
+            _decode_steps(*_prefilled(model, prompt, capacity, stepper), 1 + 2 * steps)
+        state, tokens = _prefilled(model, prompt, capacity, stepper)
+        tokens = _decode_steps(state, tokens, 1)  # warm-up
         start = time.perf_counter()
         tokens = _decode_steps(state, tokens, steps)
         step_s = (time.perf_counter() - start) / steps
@@ -84,15 +94,18 @@ def profile_decode_step(model, batch: int, context: int, steps: int = 8, seed: i
             **{f"{kind}_ms": 1e3 * seconds / steps for kind, seconds in kinds.items()}}
 
 
-def decode_table(model, batch_sizes, context: int, limits: MachineLimits, dtype: str) -> list[dict]:
+def decode_table(model, batch_sizes, context: int, limits: MachineLimits, dtype: str,
+                 compile: str = "off") -> list[dict]:
     """One row per batch size: the measured decode step against its roofline bound, and where
-    the (profiled) step's time went."""
+    the (profiled) step's time went. `compile: on` times the compiled step (`compiled`)."""
     rows = []
     for batch in sorted(batch_sizes):
         model.pack_for_inference(batch)  # as generation at this batch size would run
-        step = profile_decode_step(model, batch, context)
+        stepper = (compiled.compiled_for(model) if compile == "on" else None) or Eager()
+        step = profile_decode_step(model, batch, context, stepper=stepper)
         bound_ms = 1e3 * bound_seconds(model.cfg, dtype, batch, context, limits)
-        rows.append({"batch_size": batch, "context": context, **step, "bound_ms": bound_ms,
+        rows.append({"batch_size": batch, "context": context, "decode_mode": stepper.name,
+                     **step, "bound_ms": bound_ms,
                      "pct_of_bound": 100 * bound_ms / step["step_ms"],
                      "decode_tokens_per_s": batch / step["step_ms"] * 1e3})
     return rows

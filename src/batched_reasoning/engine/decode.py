@@ -45,16 +45,26 @@ def graph_bound(batch_size: int, capacity: int) -> int:
 
 class StepWrite:
     """The cache a decode step's layers see: each row's new key and value go to its own
-    `write_at`, and attention spans the first `end` positions under `mask`."""
+    `write_at`, and attention spans the first `end` positions under `mask`.
+
+    The new keys are written by indexing the whole cache tensor (layer, row, head, position)
+    rather than a layer's view of it: inductor writes such an `index_put_` into a graph input
+    in place, while through a view it copied the whole cache every step (a bfloat16
+    Qwen3-0.6B step at 124 cached positions took 105 instead of 65 ms compiled)."""
 
     def __init__(self, keys, values, write_at, end: int, in_float32: bool):
-        self.keys, self.values, self.write_at = keys, values, write_at
-        self.rows = torch.arange(keys.shape[1], device=keys.device)
+        self.keys, self.values = keys, values
+        layers, rows, heads = keys.shape[:3]
+        device = keys.device
+        self.layer_index = torch.arange(layers, device=device)[:, None, None]
+        self.index = (torch.arange(rows, device=device)[:, None],
+                      torch.arange(heads, device=device)[None, :], write_at[:, None])
         self.end, self.in_float32 = end, in_float32
 
     def attend(self, layer: int, q, k, v, mask) -> torch.Tensor:
-        self.keys[layer][self.rows, :, self.write_at] = k[:, :, 0]
-        self.values[layer][self.rows, :, self.write_at] = v[:, :, 0]
+        index = (self.layer_index[layer], *self.index)
+        self.keys.index_put_(index, k[:, :, 0])
+        self.values.index_put_(index, v[:, :, 0])
         keys = self.keys[layer, :, :, :self.end]
         values = self.values[layer, :, :, :self.end]
         return fused_attention(q, keys, values, mask, self.in_float32)

@@ -77,6 +77,19 @@ class Attention(nn.Module):
         # The q- and k-norm weights side by side, fixed while a generation call runs
         # (`Qwen3.decoding`); training concatenates them anew each pass, as they change.
         self.fixed_qk_norm: torch.Tensor | None = None
+        self._last_fixed_qk_norm: torch.Tensor | None = None
+
+    def fix_qk_norm(self) -> None:
+        """Set `fixed_qk_norm` for a generation call: the same tensor as the last call's while
+        the weights hold the same values, so a compiled step that keeps it as a constant
+        (inductor's freezing guards on its identity) is not traced anew for every call."""
+        self.fixed_qk_norm = None
+        weight = self.qk_norm_weight().detach()
+        last = self._last_fixed_qk_norm
+        if last is None or last.dtype != weight.dtype or last.device != weight.device \
+                or not torch.equal(last, weight):
+            self._last_fixed_qk_norm = weight
+        self.fixed_qk_norm = self._last_fixed_qk_norm
 
     def qk_norm_weight(self) -> torch.Tensor:
         if self.fixed_qk_norm is not None:
@@ -182,6 +195,9 @@ def packed_mask_and_positions(segment_ids: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 class Qwen3(nn.Module):
+    # Set by `pack_for_inference`: the weights no longer change (no training follows).
+    inference_only = False
+
     def __init__(self, cfg: Qwen3Config):
         super().__init__()
         self.cfg = cfg
@@ -208,7 +224,7 @@ class Qwen3(nn.Module):
         self.rotary(positions, self.dtype)
         attentions = [layer.self_attn for layer in self.model.layers]
         for attention in attentions:
-            attention.fixed_qk_norm = attention.qk_norm_weight().detach()
+            attention.fix_qk_norm()
         try:
             yield
         finally:
@@ -233,7 +249,10 @@ class Qwen3(nn.Module):
         is packed. q/k/v and gate/up each become one product; the plain weights are freed, so
         memory stays the same, and a tied output layer keeps the embedding's weight.
         One-way: a packed model can generate but not train or be saved; reload it for that.
+        Packed or not, the model is then `inference_only`: its compiled steps may hold the
+        weights as constants (`compiled.CPU_OPTIONS`).
         """
+        self.inference_only = True
         if self.packed:
             return True
         attention, cfg = self.model.layers[0].self_attn, self.cfg
