@@ -52,6 +52,13 @@ def test_operators_are_sorted_into_kinds():
     assert kind_of("mkldnn::_linear_pointwise") == kind_of("aten::mm") == "matmul"
     assert kind_of("aten::argmax") == "sampling"
     assert kind_of("aten::rsqrt") == kind_of("aten::mul") == kind_of("aten::copy_") == "elementwise"
+    # a compiled step: its graph is one region; dynamo's guards around it are host work
+    assert kind_of("Torch-Compiled Region: 0/1") == kind_of("## Call CompiledFxGraph None ##") == "compiled"
+    assert kind_of("TorchDynamo Cache Lookup") == kind_of("Pregraph bytecode") == "host"
+    # its kernels, where inductor records them: fused kernels are named after what they fuse
+    assert kind_of("aoti_torch_cpu__linear_pointwise") == kind_of("aoti_torch_cpu__mkl_linear") == "matmul"
+    assert kind_of("aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert kind_of("graph_1_cpp_fused__linear_pointwise__to_copy_add_embedding_mean_mul_0") == "elementwise"
 
 
 def test_a_profiled_step_finds_its_products_and_attention():
@@ -117,6 +124,8 @@ def test_a_compiled_step_is_profiled_after_every_shape_is_compiled(monkeypatch):
     limits = MachineLimits(read_gb_s=10, matmul_gflop_s=100)
     [row] = roofline.decode_table(random_model(), [2], 30, limits, "float32", compile="on")
     assert row["decode_mode"] == "compiled"
+    assert row["compiled_ms"] > 0
+    assert sum(row[f"{kind}_ms"] for kind in KINDS) == pytest.approx(row["profiled_step_ms"])
     first_pass, *timed = graphs_at_each_call
     assert first_pass >= 2  # 17 steps from 30 cached positions: two length buckets
     assert timed == [first_pass] * 3  # warm-up, timed, profiled
