@@ -12,11 +12,13 @@ import torch
 from conftest import EOS, PAD, random_model
 
 from batched_reasoning.core import calibration
+from batched_reasoning.core.memory import process_rss_mb
 from batched_reasoning.engine import compiled, decode
 from batched_reasoning.engine.compiled import Bucketed, Eager
 from batched_reasoning.engine.decode import DecodeState, graph_bound
 from batched_reasoning.engine.generation import STRATEGIES, generate
 from batched_reasoning.engine.kv_cache import KVCache
+from batched_reasoning.engine.memory_model import weights_mb
 from batched_reasoning.engine.padding import left_pad
 from batched_reasoning.workflow.tables import compare_answer
 
@@ -184,6 +186,27 @@ def test_a_training_models_graphs_outlive_its_weight_updates():
         after = run(model, prompts, "batched", 2, compile="on", eos=None)
     assert after.tokens != before.tokens and after.compile_seconds == 0
     assert same_or_near_tie(after, run(model, prompts, "batched", 2, eos=None))
+
+
+@pytest.mark.slow
+def test_compiled_graphs_share_the_weights():
+    """A graph holds an inference-only model's weights as constants, but the same tensors for
+    every graph: a run compiles up to `graph_bound` graphs, and a copy of the weights per graph
+    (as inductor's `cpp.weight_prepack` makes) would multiply the model's memory by that. One
+    wide layer of plain float32 weights (~250 MiB, not packed: its products go through
+    inductor); a second graph (a new length bucket) must add far less than the weights."""
+    model = random_model(seed=3, vocab_size=512, hidden_size=2048, num_attention_heads=16,
+                         num_key_value_heads=8, head_dim=128, intermediate_size=8192,
+                         num_hidden_layers=1)
+    model.inference_only = True  # as `pack_for_inference` marks it
+    weights = weights_mb(model)
+    assert weights > 200
+    run(model, prompts_of([3, 5]), "batched", 2, compile="on", eos=None)  # 16, 32 positions
+    before = process_rss_mb()
+    second = run(model, prompts_of([40, 5]), "batched", 2, compile="on", eos=None)  # 64
+    grown = process_rss_mb() - before
+    assert second.graphs == 1 and second.compile_seconds > 0  # a graph of its own
+    assert grown < weights / 4, f"a second graph added {grown:.0f} MiB; weights {weights:.0f}"
 
 
 @pytest.mark.parametrize("batch, capacity, bound", [

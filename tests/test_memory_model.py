@@ -21,6 +21,7 @@ from batched_reasoning.engine.memory_model import (
     largest_batch_that_fits,
     parameter_count,
     predict_peak_mb,
+    weights_mb,
 )
 from batched_reasoning.workflow.tables import compare_answer
 from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
@@ -42,11 +43,16 @@ def test_parameter_count_matches_the_model(overrides):
     assert parameter_count(model.cfg) == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "packed"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_predicted_weights_are_the_models_real_tensors(dtype):
-    model = random_model().to(getattr(torch, dtype))
-    real_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
-    assert predict_peak_mb(model.cfg, dtype, 1, 8, 8, "cpu")["weights"] == pytest.approx(real_mb)
+def test_predicted_weights_are_the_models_real_tensors(dtype, packed, tied, packs_from_4_rows):
+    """Plain, or packed for inference (a tied output layer then holds a packed copy)."""
+    model = random_model(tie_word_embeddings=tied).to(getattr(torch, dtype))
+    if packed and not model.pack_for_inference(batch_size=4):
+        pytest.skip(f"this CPU cannot pack {dtype}")
+    predicted = predict_peak_mb(model.cfg, dtype, 1, 8, 8, "cpu", packed=packed)["weights"]
+    assert predicted == pytest.approx(weights_mb(model))
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

@@ -137,15 +137,19 @@ def test_linear_matches_torch_on_both_paths(rows):
 
 @pytest.mark.parametrize("overrides", CONFIGS)
 def test_packing_for_inference_keeps_logits_and_size(tmp_path, overrides, packs_from_4_rows):
-    """Weights packed into oneDNN's layout compute the same logits in the same memory; a tied
-    output layer keeps the embedding's weight; the packed model refuses training and saving."""
+    """Weights packed into oneDNN's layout compute the same logits in the same memory, except a
+    tied output layer's packed copy (the embedding lookup keeps the plain weight): no product's
+    weight stays plain, for a compiled graph to pack again. The packed model refuses training
+    and saving."""
     plain, model = random_model(seed=4, **overrides), random_model(seed=4, **overrides)
     size = weights_mb(model)
     assert not model.pack_for_inference(batch_size=3) and not model.packed
     assert model.pack_for_inference(batch_size=4) and model.packed
-    assert weights_mb(model) == size
     tied = overrides["tie_word_embeddings"]
-    assert (model.lm_head.packed is None) == tied
+    copy_mb = model.lm_head.packed.numel() * model.lm_head.packed.element_size() / 2**20
+    assert weights_mb(model) == size + (copy_mb if tied else 0)
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    assert all(m.packed is not None for m in model.modules() if isinstance(m, Linear))
     assert model.model.layers[0].mlp.down_proj.weight is None
     assert not hasattr(model.model.layers[0].self_attn, "q_proj")  # now in qkv_proj
     ids = torch.randint(0, model.cfg.vocab_size, (3, 17))

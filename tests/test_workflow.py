@@ -167,7 +167,7 @@ def predicted_toy_mb(batch_size, max_new_tokens):
     toy = dict(TINY_CONFIG["toy"])
     toy["vocab_size"] += len(QWEN3_SPECIAL_TOKENS)
     return predict_peak_mb(Qwen3Config(**toy), "float32", batch_size, 512, max_new_tokens, "cpu",
-                           CPU_WORKFLOW_JOB_MB)["total"]
+                           CPU_WORKFLOW_JOB_MB, packed=True)["total"]
 
 
 def test_memory_budget_skips_runs_that_would_not_fit(finished_run, tmp_path):

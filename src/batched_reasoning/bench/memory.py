@@ -49,7 +49,7 @@ def measure(checkpoint: str, prompts: list[list[int]], *, strategy: str, dtype: 
                  max_new_tokens=max_new_tokens, eos_token_id=None, pad_token_id=pad_token_id)
     prompt_len = max(len(p) for p in prompts)
     predicted = predict_peak_mb(model.cfg, dtype, len(prompts), prompt_len, max_new_tokens,
-                                torch_device.type, baseline)
+                                torch_device.type, baseline, packed=model.packed)
     return {
         "batch_size": len(prompts), "prompt_len": prompt_len, "max_new_tokens": max_new_tokens,
         "baseline_mb": baseline,

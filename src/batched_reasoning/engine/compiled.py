@@ -116,9 +116,13 @@ _compiled_weights = None  # `weights_key` of the model whose weights its graphs 
 # lets it compile around our packed products and fuse the small kernels between them;
 # `cpp_wrapper` calls the kernels from C++ instead of Python. A packed bfloat16 Qwen3-0.6B step
 # at 124 cached positions took 59.2 instead of 70.4 ms at batch 1, 74.7 instead of 85.8 ms at
-# 8 (2-vCPU Xeon, AMX). A model that trains (GRPO's policy) compiles with its weights as the
-# graph's inputs: its graphs outlive its optimizer steps.
-CPU_OPTIONS = {"freezing": True, "cpp_wrapper": True}
+# 8 (2-vCPU Xeon, AMX). Not `cpp.weight_prepack`: it packs every weight it finds plain into
+# each graph as that graph's own constant, a copy of the whole model per graph in float32
+# (+2.5-2.7 GB a graph at Qwen3-0.6B's shape; a run compiles up to `decode.graph_bound`
+# graphs); the model packs its weights once instead, where packing pays. A model that trains
+# (GRPO's policy) compiles with its weights as the graph's inputs: its graphs outlive its
+# optimizer steps.
+CPU_OPTIONS = {"freezing": True, "cpp_wrapper": True, "cpp.weight_prepack": False}
 
 
 def weights_key(model) -> tuple:

@@ -3,7 +3,9 @@
 Why: to pick the largest batch size that fits a memory budget without trying (and crashing).
 The prediction adds up what is alive at the worst moment, the prefill of a full batch:
 
-- weights: every parameter once (tied embeddings are one tensor).
+- weights: every parameter once (tied embeddings are one tensor), and for a model packed for
+  inference on CPU (`Qwen3.pack_for_inference`) a tied output projection twice: the lookup reads
+  the plain embedding, the product its packed copy.
 - kv_cache: keys and values of every layer for batch x (prompt_len + max_new_tokens) positions,
   allocated in full by `generate` before the prefill.
 - activations: the largest tensors alive at once inside one layer during prefill (of the batch's
@@ -98,11 +100,13 @@ def predict_peak_mb(
     device_type: str,
     baseline_mb: float | None = None,
     distinct_prompts: int | None = None,
+    packed: bool = False,
 ) -> dict[str, float]:
     """Predicted peak memory (MiB) of generating for `batch_size` prompts of `prompt_len` tokens,
     by component, with their sum as `total`. `baseline_mb`: the process's RSS apart from the
     weights (CPU; default `CPU_IMPORTS_MB`). `distinct_prompts`: how many of a batch's prompts
-    differ (default: all); only they are prefilled, each repeat gets a copy of the keys/values."""
+    differ (default: all); only they are prefilled, each repeat gets a copy of the keys/values.
+    `packed`: the model's weights are packed for inference (`Qwen3.pack_for_inference`)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPE_BYTES)}")
     if device_type not in ("cpu", "cuda", "mps"):
@@ -113,8 +117,9 @@ def predict_peak_mb(
     runtime = 0.0
     if device_type == "cpu":
         runtime = (CPU_IMPORTS_MB if baseline_mb is None else baseline_mb) + CPU_FIRST_PASS_MB
+    packed_copy = c.vocab_size * c.hidden_size if packed and c.tie_word_embeddings else 0
     parts = {
-        "weights": parameter_count(c) * size / MB,
+        "weights": (parameter_count(c) + packed_copy) * size / MB,
         "kv_cache": kv_cache * size / MB,
         "activations": _activation_bytes(c, size, distinct_prompts or batch_size, prompt_len,
                                          device_type) / MB,

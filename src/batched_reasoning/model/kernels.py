@@ -149,6 +149,11 @@ def pack_from_rows(dtype: torch.dtype, layer_shape: tuple[int, int, int, int],
     return calibration.choose(name, measure)["choice"]
 
 
+def packed_weight(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` (out, in) reordered into oneDNN's blocked layout for `Linear`'s product."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+
+
 class Linear(nn.Linear):
     """`nn.Linear` that picks the faster orientation of its product on CPU, and that can keep its
     weight packed for oneDNN (inference only)."""
@@ -157,7 +162,7 @@ class Linear(nn.Linear):
 
     def pack(self) -> None:
         """Keep the weight only in oneDNN's blocked layout (the plain copy is freed)."""
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+        self.packed = packed_weight(self.weight)
         self.weight = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -247,7 +247,9 @@ class Qwen3(nn.Module):
         """Store the projections' weights packed for the CPU's matrix kernels when that makes
         generating `batch_size` rows faster (`kernels.should_pack`); returns whether the model
         is packed. q/k/v and gate/up each become one product; the plain weights are freed, so
-        memory stays the same, and a tied output layer keeps the embedding's weight.
+        memory stays the same, except that a tied output layer gets a packed copy of the
+        embedding's weight (the lookup needs it plain): one copy made here, where inductor's own
+        packing made one per compiled graph (`compiled.CPU_OPTIONS`).
         One-way: a packed model can generate but not train or be saved; reload it for that.
         Packed or not, the model is then `inference_only`: its compiled steps may hold the
         weights as constants (`compiled.CPU_OPTIONS`).
@@ -264,7 +266,9 @@ class Qwen3(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.pack()
             layer.mlp.pack()
-        if self.lm_head.weight is not self.model.embed_tokens.weight:
+        if self.lm_head.weight is self.model.embed_tokens.weight:
+            self.lm_head.packed = kernels.packed_weight(self.lm_head.weight)
+        else:
             self.lm_head.pack()
         return True
 

@@ -79,6 +79,7 @@ def evaluate(model_dir: str, batches_path: str, stats_path: str, out_generations
             model.cfg, settings.dtype,
             1 if settings.strategy == "sequential" else settings.batch_size,
             max(len(p) for p in prompts), settings.max_new_tokens, settings.device, baseline,
+            packed=model.packed,
         )["total"],
         "baseline_memory_mb": baseline,
         "latency_p50_seconds": float(np.percentile(result.latency, 50)),

@@ -176,7 +176,8 @@ def time_generation(model_dir: str, records_path: str, out_records: str, out_met
             "compile_seconds": first.compile_seconds,
             "predicted_peak_memory_mb": predict_peak_mb(
                 model.cfg, settings.dtype, size, max(map(len, prompts)), settings.max_new_tokens,
-                settings.device, baseline, distinct_prompts=min(size, len(records)))["total"],
+                settings.device, baseline, distinct_prompts=min(size, len(records)),
+                packed=model.packed)["total"],
         } | shape(work, strategy, size, first, limits))
         outputs += [{"strategy": strategy, "index": i, "key": list(key),
                      "generated_text": tokenizer.decode(tokens),

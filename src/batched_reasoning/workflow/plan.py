@@ -277,7 +277,8 @@ class Plan:
             self.architecture(model), self.config["dtype"][device], batch_size, PROMPT_TOKENS,
             self.config[stage]["max_new_tokens"], device,
             CPU_WORKFLOW_JOB_MB if device == "cpu" else None,
-            distinct_prompts=self.distinct_prompts(stage, batch_size))
+            distinct_prompts=self.distinct_prompts(stage, batch_size),
+            packed=device == "cpu")  # the job may pack (a timed choice): count it if it does
 
     def over_budget(self, stage: str, run: GenerationRun, probed: bool = True) -> float | None:
         """The predicted peak of a run if it exceeds its device's memory budget (a size its probe
