@@ -24,10 +24,15 @@ MODES = ("off", "auto", "on")
 RECOMPILE_LIMIT = 256
 # What `auto` assumes a graph costs at least before it measures: a run whose whole eager decode
 # is shorter than this a graph is left eager without compiling anything. The toy's 3-layer step
-# took 22 s to compile in a fresh process on a 2-vCPU Xeon (the first measurement on a machine
-# pays inductor's cold caches) and 1-4 s a graph with them warm; below 5 s a graph, compiling
-# is at best a wash, and measuring it would cost the run more than it could save.
+# took 22 s to compile in a fresh process on a 2-vCPU Xeon, 25 s on a 2-vCPU AMD EPYC (the
+# first measurement on a machine pays inductor's cold caches), and 1-4 s a graph with them
+# warm; below 5 s a graph, compiling is at best a wash.
 MIN_COMPILE_SECONDS = 5.0
+# What measuring costs a run (one graph compiled in a fresh process, as above, and both steps
+# timed): a run whose whole eager decode is shorter cannot pay for the measurement either, so
+# it stays eager without it. (The default run's batch-1 curve point, about 15 s of eager decode
+# by this estimate, spent 25 s measuring on that AMD EPYC to decide to stay eager.)
+MEASURE_SECONDS = 30.0
 # Rows at which `auto` times a compiled against an eager step (once per machine and model).
 MEASURE_ROWS = 8
 
@@ -270,14 +275,14 @@ def compile_pays(model, batch_size: int, capacity: int, expected_steps: int) -> 
     compiling their graphs (at most `decode.graph_bound`) costs on this machine.
 
     First a bound that needs no compiling: if the whole eager decode (its step timed here, on a
-    scratch cache) is shorter than `MIN_COMPILE_SECONDS` a graph, nothing can pay. Otherwise
-    the compile time and both step times are measured once per machine, model shape and dtype
-    (`calibration`, at `MEASURE_ROWS` rows) and weighed.
+    scratch cache) is shorter than `MIN_COMPILE_SECONDS` a graph, or than `MEASURE_SECONDS`,
+    nothing can pay. Otherwise the compile time and both step times are measured once per
+    machine, model shape and dtype (`calibration`, at `MEASURE_ROWS` rows) and weighed.
     """
     graphs = graph_bound(batch_size, capacity)
     eager_ms = calibration.median_ms({"eager": scratch_steps(model, Eager(), batch_size)},
                                      repeats=5)["eager"]
-    if expected_steps * eager_ms / 1000 <= MIN_COMPILE_SECONDS * graphs:
+    if expected_steps * eager_ms / 1000 <= max(MIN_COMPILE_SECONDS * graphs, MEASURE_SECONDS):
         return False
     cfg = model.cfg
     name = (f"decode_compile/{model.device.type}/{str(model.dtype).removeprefix('torch.')}/"
