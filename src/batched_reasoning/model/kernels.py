@@ -53,7 +53,7 @@ def can_pack(dtype: torch.dtype) -> bool:
     weight = torch.randn(24, 40, generator=generator).to(dtype)
     x = torch.randn(3, 40, generator=generator).to(dtype)
     try:
-        packed = mkldnn._reorder_linear_weight(weight, None)
+        packed = packed_weight(weight)
         out = mkldnn._linear_pointwise(x, packed, None, "none", [], "")
     except RuntimeError:
         return False
