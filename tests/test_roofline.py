@@ -121,11 +121,41 @@ def test_a_compiled_step_is_profiled_after_every_shape_is_compiled(monkeypatch):
         return tokens
 
     monkeypatch.setattr(roofline, "_decode_steps", counting)
-    limits = MachineLimits(read_gb_s=10, matmul_gflop_s=100)
-    [row] = roofline.decode_table(random_model(), [2], 30, limits, "float32", compile="on")
+    monkeypatch.setattr(roofline, "measure_machine",
+                        lambda device, dtype: MachineLimits(read_gb_s=10, matmul_gflop_s=100))
+    [row] = roofline.decode_table(random_model(), [2], 30, "float32", compile="on")
     assert row["decode_mode"] == "compiled"
     assert row["compiled_ms"] > 0
     assert sum(row[f"{kind}_ms"] for kind in KINDS) == pytest.approx(row["profiled_step_ms"])
     first_pass, *timed = graphs_at_each_call
     assert first_pass >= 2  # 17 steps from 30 cached positions: two length buckets
     assert timed == [first_pass] * 3  # warm-up, timed, profiled
+
+
+def test_each_rows_bound_uses_the_limits_measured_right_after_its_step(monkeypatch):
+    """The machine drifts over a bench run, so each row's bound comes from limits measured
+    after that row's step, not from one measurement for all rows: here each measurement reads
+    a different bandwidth, and each row's bound and recorded limits are its own."""
+    events = []
+    measured = iter([MachineLimits(read_gb_s=1e-3, matmul_gflop_s=1e9),
+                     MachineLimits(read_gb_s=2e-3, matmul_gflop_s=1e9)])
+    profile = roofline.profile_decode_step
+
+    def profiled(*args, **kwargs):
+        events.append("step")
+        return profile(*args, **kwargs)
+
+    def measure(device, dtype):
+        events.append("measure")
+        return next(measured)
+
+    monkeypatch.setattr(roofline, "profile_decode_step", profiled)
+    monkeypatch.setattr(roofline, "measure_machine", measure)
+    model = random_model()
+    rows = roofline.decode_table(model, [2, 1], 30, "float32")
+    assert events == ["step", "measure", "step", "measure"]
+    for row, read_gb_s in zip(rows, (1e-3, 2e-3)):
+        limits = MachineLimits(read_gb_s=read_gb_s, matmul_gflop_s=1e9)
+        assert row["read_gb_s"] == read_gb_s
+        assert row["bound_ms"] == pytest.approx(
+            1e3 * bound_seconds(model.cfg, "float32", row["batch_size"], 30, limits))

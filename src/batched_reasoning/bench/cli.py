@@ -529,9 +529,10 @@ def main(argv=None) -> pd.DataFrame | None:
         print("note: the runs generated different numbers of tokens, so their work differs")
     context = args.decode_context or round(sum(lengths) / len(lengths))
     steps = pd.DataFrame(decode_table(model, [int(b) for b in args.batch_sizes.split(",")],
-                                      context, limits, args.dtype, args.compile))
+                                      context, args.dtype, args.compile))
     print(f"\nOne decode step at {context} cached positions (ms; pct_of_bound = the roofline "
-          "bound over the measured step; the kinds are from a profiled step):")
+          "bound, from the machine's limits measured right after the step, over the measured "
+          "step; the kinds are from a profiled step):")
     print(steps.to_markdown(index=False, floatfmt=".3g"))
     peer = peer_version = None
     if args.llama_batched_bench:

@@ -105,18 +105,24 @@ def profile_decode_step(model, batch: int, context: int, steps: int = 8, seed: i
             **{f"{kind}_ms": 1e3 * seconds / steps for kind, seconds in kinds.items()}}
 
 
-def decode_table(model, batch_sizes, context: int, limits: MachineLimits, dtype: str,
-                 compile: str = "off") -> list[dict]:
+def decode_table(model, batch_sizes, context: int, dtype: str, compile: str = "off") -> list[dict]:
     """One row per batch size: the measured decode step against its roofline bound, and where
-    the (profiled) step's time went. `compile: on` times the compiled step (`compiled`)."""
+    the (profiled) step's time went. `compile: on` times the compiled step (`compiled`).
+
+    The machine's limits are measured again right after each row's step, not once per run: on
+    a shared machine they drift (a 2-vCPU AMD EPYC read 26.8 GB/s in one bench run and 32.6 in
+    another an hour later), and a bound from half an hour before the step it is compared with
+    measures the neighbours as much as the step. Each row records the limits its bound used."""
     rows = []
     for batch in sorted(batch_sizes):
         model.pack_for_inference(batch)  # as generation at this batch size would run
         stepper = (compiled.compiled_for(model) if compile == "on" else None) or Eager()
         step = profile_decode_step(model, batch, context, stepper=stepper)
+        limits = measure_machine(model.device, model.dtype)
         bound_ms = 1e3 * bound_seconds(model.cfg, dtype, batch, context, limits)
         rows.append({"batch_size": batch, "context": context, "decode_mode": stepper.name,
-                     **step, "bound_ms": bound_ms,
+                     **step, "read_gb_s": limits.read_gb_s,
+                     "matmul_gflop_s": limits.matmul_gflop_s, "bound_ms": bound_ms,
                      "pct_of_bound": 100 * bound_ms / step["step_ms"],
                      "decode_tokens_per_s": batch / step["step_ms"] * 1e3})
     return rows
