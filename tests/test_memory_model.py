@@ -31,6 +31,7 @@ MODERATE = {
     "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 768, "max_position_embeddings": 4096,
 }
 CONFIG = Qwen3Config(**MODERATE)
+MB = 2**20
 
 
 def predict(batch=4, prompt=128, new=64, dtype="float32", device="cpu", config=CONFIG):
@@ -129,6 +130,18 @@ def measured_peak_mb(config: dict, batch: int, prompt: int, new: int, runs: int 
     return max(peaks)
 
 
+def coexisting_mb(config: dict, batch: int, prompt: int, new: int, distinct: int) -> float:
+    """Tensors that are provably alive at one moment of a float32 generation, whatever the heap
+    keeps: the KV cache, allocated in full before the prefill; then, in the prefill's MLP, the
+    residual stream, the boolean mask (distinct prompts x T x T), the gate, the up projection
+    and their product; at the end, one row of logits per sequence."""
+    c = Qwen3Config(**config)
+    kv = 2 * c.num_hidden_layers * batch * (prompt + new) * c.num_key_value_heads * c.head_dim
+    tokens = distinct * prompt
+    mlp = tokens * (c.hidden_size + 3 * c.intermediate_size) + distinct * prompt * prompt / 4
+    return 4 * (kv + max(mlp, batch * c.vocab_size)) / MB
+
+
 @pytest.mark.parametrize("component, config, small, large", [
     ("kv_cache", MODERATE, (16, 16, 100), (16, 16, 600)),  # long decodes of short prompts
     ("activations", MODERATE, (8, 512, 1), (8, 1024, 1)),  # long prompts, one new token
@@ -138,19 +151,27 @@ def measured_peak_mb(config: dict, batch: int, prompt: int, new: int, runs: int 
 def test_each_growing_component_matches_the_measured_growth(component, config, small, large):
     """Between two sizes the weights and the process's runtime cancel out, so what a run adds
     is what the components that scale predict. Each pair is chosen so that one component makes
-    at least 70% of the growth: leaving it out of the model would fail the 25% tolerance."""
+    at least 70% of the growth: leaving it out of the model would fail the 25% tolerance.
+
+    What the heap keeps of freed blocks varies from process to process and between CPUs (for
+    the activations pair: 120 to 160 MB on an AMD EPYC, 100 on a CI machine, 84 with every
+    freed block returned through a fixed MALLOC_MMAP_THRESHOLD_), so the measured growth is held
+    between the growth of the tensors that must coexist (`coexisting_mb`: 62 MB there) and the
+    prediction, a budget, each with the 25% tolerance."""
     cfg = Qwen3Config(**config)
     before, after = (predict_peak_mb(cfg, "float32", *size, "cpu") for size in (small, large))
     predicted = after["total"] - before["total"]
     assert after[component] - before[component] >= 0.7 * predicted
     grown = measured_peak_mb(config, *large) - measured_peak_mb(config, *small)
-    assert grown == pytest.approx(predicted, rel=0.25)
+    floor = coexisting_mb(config, *large, large[0]) - coexisting_mb(config, *small, small[0])
+    assert 0.75 * floor <= grown <= 1.25 * predicted, (floor, predicted)
 
 
 @pytest.mark.slow
 def test_repeated_prompts_cost_the_activations_of_the_distinct_ones():
     """Eight samples of one long prompt prefill it once: the prediction drops the activations of
-    seven prompts, and the measured peaks differ by as much (25%)."""
+    seven prompts, and the measured peaks differ by what must coexist in seven prompts' prefill
+    at least and by the prediction at most (each within 25%, as above)."""
     cfg = Qwen3Config(**MODERATE)
     apart, shared = (predict_peak_mb(cfg, "float32", 8, 1024, 1, "cpu", distinct_prompts=d)
                      for d in (8, 1))
@@ -159,7 +180,8 @@ def test_repeated_prompts_cost_the_activations_of_the_distinct_ones():
     assert predicted > 0
     saved = measured_peak_mb(MODERATE, 8, 1024, 1) - measured_peak_mb(MODERATE, 8, 1024, 1,
                                                                        distinct=1)
-    assert saved == pytest.approx(predicted, rel=0.25)
+    floor = coexisting_mb(MODERATE, 8, 1024, 1, 8) - coexisting_mb(MODERATE, 8, 1024, 1, 1)
+    assert 0.75 * floor <= saved <= 1.25 * predicted, (floor, predicted)
 
 
 def test_an_mps_run_is_predicted_measured_and_tabled(tmp_path, monkeypatch):
