@@ -18,6 +18,7 @@ from batched_reasoning.core.io import read_json, read_jsonl, write_jsonl
 from batched_reasoning.core.memory import MEASURES, PeakMemory
 from batched_reasoning.engine.memory_model import (
     CPU_FIRST_PASS_MB,
+    MB,
     largest_batch_that_fits,
     parameter_count,
     predict_peak_mb,
@@ -31,7 +32,6 @@ MODERATE = {
     "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 768, "max_position_embeddings": 4096,
 }
 CONFIG = Qwen3Config(**MODERATE)
-MB = 2**20
 
 
 def predict(batch=4, prompt=128, new=64, dtype="float32", device="cpu", config=CONFIG):
@@ -130,16 +130,19 @@ def measured_peak_mb(config: dict, batch: int, prompt: int, new: int, runs: int 
     return max(peaks)
 
 
-def coexisting_mb(config: dict, batch: int, prompt: int, new: int, distinct: int) -> float:
+def coexisting_mb(config: dict, batch: int, prompt: int, new: int,
+                  distinct: int | None = None) -> float:
     """Tensors that are provably alive at one moment of a float32 generation, whatever the heap
     keeps: the KV cache, allocated in full before the prefill; then, in the prefill's MLP, the
     residual stream, the boolean mask (distinct prompts x T x T), the gate, the up projection
     and their product; at the end, one row of logits per sequence."""
     c = Qwen3Config(**config)
-    kv = 2 * c.num_hidden_layers * batch * (prompt + new) * c.num_key_value_heads * c.head_dim
-    tokens = distinct * prompt
-    mlp = tokens * (c.hidden_size + 3 * c.intermediate_size) + distinct * prompt * prompt / 4
-    return 4 * (kv + max(mlp, batch * c.vocab_size)) / MB
+    distinct = distinct or batch
+    kv = 4 * 2 * c.num_hidden_layers * batch * (prompt + new) * c.num_key_value_heads * c.head_dim
+    prefill = (4 * distinct * prompt * (c.hidden_size + 3 * c.intermediate_size)
+               + distinct * prompt * prompt)
+    logits = 4 * batch * c.vocab_size
+    return (kv + max(prefill, logits)) / MB
 
 
 @pytest.mark.parametrize("component, config, small, large", [
@@ -163,7 +166,7 @@ def test_each_growing_component_matches_the_measured_growth(component, config, s
     predicted = after["total"] - before["total"]
     assert after[component] - before[component] >= 0.7 * predicted
     grown = measured_peak_mb(config, *large) - measured_peak_mb(config, *small)
-    floor = coexisting_mb(config, *large, large[0]) - coexisting_mb(config, *small, small[0])
+    floor = coexisting_mb(config, *large) - coexisting_mb(config, *small)
     assert 0.75 * floor <= grown <= 1.25 * predicted, (floor, predicted)
 
 
@@ -180,7 +183,7 @@ def test_repeated_prompts_cost_the_activations_of_the_distinct_ones():
     assert predicted > 0
     saved = measured_peak_mb(MODERATE, 8, 1024, 1) - measured_peak_mb(MODERATE, 8, 1024, 1,
                                                                        distinct=1)
-    floor = coexisting_mb(MODERATE, 8, 1024, 1, 8) - coexisting_mb(MODERATE, 8, 1024, 1, 1)
+    floor = coexisting_mb(MODERATE, 8, 1024, 1) - coexisting_mb(MODERATE, 8, 1024, 1, 1)
     assert 0.75 * floor <= saved <= 1.25 * predicted, (floor, predicted)
 
 
