@@ -170,16 +170,33 @@ def test_merged_tables_put_machines_side_by_side(tmp_path):
     assert {"book_h100_min", "book_dgx_spark_min"} <= set(merged.columns)
 
 
-def test_two_noisy_repeats_give_an_open_interval_not_a_negative_one(tmp_path):
-    """Two repeats far apart: the t-interval of the baseline's rate reaches below 0 (t = 12.7).
-    A rate is never negative, so its interval stops at 0, the speedup's has no upper end, and
-    the figure draws it (a negative error bar would stop the table job)."""
+def test_noisy_repeats_give_an_open_interval_not_a_negative_one(tmp_path):
+    """Three repeats far apart: the t-interval of the baseline's rate reaches below 0. A rate is
+    never negative, so its interval stops at 0, the speedup's has no upper end, and the figure
+    draws it (a negative error bar would stop the table job)."""
     noisy = training_metrics(tmp_path / "grpo.json", "grpo", {
-        ("sequential", 1): [1.0, 3.0], ("batched_stop", 8): [0.5, 0.52]})
+        ("sequential", 1): [1.0, 1.5, 9.0], ("batched_stop", 8): [0.5, 0.52, 2.5]})
     table = appendix_table(inputs(training=[noisy]), CONFIGURED, BOOK)
     base, batched = row(table, "grpo", "one at a time"), row(table, "grpo", "batched")
     assert base["throughput_lo"] == 0.0 and base["work_s_lo"] >= 0.0
     assert batched["speedup_hi"] == float("inf")
     assert batched["speedup_verdict"] == "tie (interval includes 1)"
     appendix_e.plot_speedups(table, str(tmp_path / "plot.png"), "noisy")
+    assert (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def test_two_repeats_say_they_give_no_interval(tmp_path):
+    """With 2 repeats a 95% interval is 12.7 standard errors each side: the table shows the
+    medians and says there is no interval, rather than `[0.03, inf]`."""
+    two = training_metrics(tmp_path / "grpo.json", "grpo", {
+        ("sequential", 1): [1.0, 3.0], ("batched_stop", 8): [0.5, 0.52]})
+    table = appendix_table(inputs(training=[two]), CONFIGURED, BOOK)
+    batched = row(table, "grpo", "batched")
+    assert batched["speedup"] > 1 and pd.isna(batched["speedup_lo"])
+    assert batched["speedup_verdict"] == "2 repeats: no interval"
+    shown = appendix_e.compact(table)
+    cell = shown.loc[(shown["workload"] == "grpo") & (shown[""] == "batched"), "speedup [95%]"]
+    assert cell.iloc[0].endswith("(no interval)") and "inf" not in cell.iloc[0]
+    assert any("2 repeats: no interval" in line for line in appendix_e.notes(table))
+    appendix_e.plot_speedups(table, str(tmp_path / "plot.png"), "two repeats")
     assert (tmp_path / "plot.png").stat().st_size > 10_000

@@ -20,7 +20,7 @@ from batched_reasoning.engine.generation import STRATEGIES, generate
 from batched_reasoning.engine.kv_cache import KVCache
 from batched_reasoning.engine.memory_model import weights_mb
 from batched_reasoning.engine.padding import left_pad
-from batched_reasoning.workflow.tables import compare_answer
+from batched_reasoning.engine.agreement import compare_answer
 
 SHAPES = {"hidden-size": dict(hidden_size=48, head_dim=12), "gqa": dict(num_key_value_heads=1),
           "default": {}}
@@ -64,7 +64,7 @@ def test_the_static_step_gives_the_forward_pass_logits(shaped_model, masked_rows
         with model.decoding(20):
             logits = state.step([7, 8, 9])
     torch.testing.assert_close(logits, expected, atol=1e-12, rtol=1e-12)
-    assert state.lengths == [13, 13, 13] if masked_rows else [7, 7, 7]
+    assert state.lengths == ([13, 13, 13] if masked_rows else [7, 7, 7])
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -15,7 +15,7 @@ from batched_reasoning.engine.kv_cache import KVCache
 from batched_reasoning.engine.scheduling import row_groups
 from batched_reasoning.engine.padding import left_pad, length_sorted, pad_fraction
 from batched_reasoning.engine.sampling import TopP
-from batched_reasoning.workflow.tables import compare_answer
+from batched_reasoning.engine.agreement import compare_answer
 
 
 def varied_prompts(n=8, seed=0):
@@ -244,8 +244,8 @@ def test_greedy_picks_the_first_of_tied_maxima_as_argmax_does(dtype):
     logits[0, [7, 9000, 151_935]] = 2.0
     logits[1, 100_000] = 1.0
     picked = generation.pick(Greedy(), logits, [0, 1, 2])
-    assert picked == [(7, 0.0), (100_000, 1.0), (0, 0.0)]
-    assert [token for token, _ in picked] == logits.argmax(-1).tolist()
+    assert picked == [(7, 0.0, None), (100_000, 1.0, None), (0, 0.0, None)]
+    assert [token for token, *_ in picked] == logits.argmax(-1).tolist()
 
 
 def test_pad_fraction_counts_the_padding_of_every_batch_at_its_own_width():

@@ -24,7 +24,7 @@ from batched_reasoning.engine.memory_model import (
     predict_peak_mb,
     weights_mb,
 )
-from batched_reasoning.workflow.tables import compare_answer
+from batched_reasoning.engine.agreement import compare_answer
 from batched_reasoning.world.toy_tokenizer import train_toy_tokenizer
 
 MODERATE = {

@@ -60,7 +60,7 @@ def _decode_steps(state: DecodeState, tokens: list[int], steps: int) -> list[int
     and margin moved to the host."""
     for _ in range(steps):
         logits = state.step(tokens)
-        tokens = [token for token, _ in pick(Greedy(), logits, [])]
+        tokens = [token for token, *_ in pick(Greedy(), logits, [])]
     synchronize(state.model.device)
     return tokens
 

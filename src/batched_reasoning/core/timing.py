@@ -52,6 +52,11 @@ class Summary:
         return asdict(self)
 
 
+# Fewer repeats give a 95% interval, but no useful one: with 2, t is 12.7 standard errors wide
+# each side, so a ratio of two such intervals reads like `[0.03, inf]`. Tables show none instead.
+INTERVAL_REPEATS = 3
+
+
 def summarize(values: list[float]) -> Summary:
     """Median and 95% t-interval of the mean of `values` (at least 2)."""
     n = len(values)

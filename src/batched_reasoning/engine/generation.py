@@ -42,8 +42,11 @@ class GenerationResult:
     latency: list[float]
     # The end token that ended each answer (None: cut off at max_new_tokens).
     stop_tokens: list[int | None] = field(default_factory=list)
-    # Greedy only: each pick's top-two logit margin, the end token's pick included.
+    # Each pick's margin, the end token's pick included: greedy's top-two logit gap, a sampler's
+    # distance in logits to a boundary of its draw (`sampling.boundary_margin`).
     margins: list[list[float]] = field(default_factory=list)
+    # Sampled only: each pick's uniform draw, so two runs can show they drew the same numbers.
+    draws: list[list[float]] = field(default_factory=list)
     # The most key/value storage held at once (MiB): what batching costs in cache memory.
     kv_cache_mb: float = 0.0
     prefill_seconds: float = 0.0
@@ -71,6 +74,7 @@ class GenerationResult:
         """A result for `prompts` prompts, all submitted now."""
         return cls(tokens=[[] for _ in range(prompts)], latency=[0.0] * prompts,
                    stop_tokens=[None] * prompts, margins=[[] for _ in range(prompts)],
+                   draws=[[] for _ in range(prompts)],
                    started_at=time.perf_counter(), first_token_at=[0.0] * prompts,
                    finished_at=[0.0] * prompts)
 
@@ -122,25 +126,35 @@ class Greedy:
         return indices[:, 0]
 
 
-def pick(sampler, logits: torch.Tensor, rows: list[int]) -> list[tuple[int, float | None]]:
-    """The sampler's token for each row, and greedy's margin, moved to the host in one copy.
-    An exact tie (margin 0, rare) is broken on the host as `argmax` breaks it: first index."""
+Pick = tuple[int, float | None, float | None]  # a token, its margin and its uniform draw
+
+
+def pick(sampler, logits: torch.Tensor, rows: list[int]) -> list[Pick]:
+    """The sampler's token for each row, with its margin and draw where the sampler keeps them,
+    moved to the host in one copy. A greedy exact tie (margin 0, rare) is broken on the host as
+    `argmax` breaks it: first index."""
     tokens = sampler(logits, rows)
     margins = getattr(sampler, "margins", None)
     if margins is None:
-        return [(token, None) for token in tokens.tolist()]
-    pairs = torch.stack((tokens.to(torch.float64), margins.to(torch.float64)), dim=1).tolist()
-    return [(int(logits[row].argmax()) if margin == 0 else int(token), margin)
-            for row, (token, margin) in enumerate(pairs)]
+        return [(token, None, None) for token in tokens.tolist()]
+    draws = getattr(sampler, "draws", None)
+    columns = [tokens, margins] + ([] if draws is None else [draws])
+    rows_out = torch.stack([c.to(torch.float64) for c in columns], dim=1).tolist()
+    if draws is not None:
+        return [(int(token), margin, draw) for token, margin, draw in rows_out]
+    return [(int(logits[row].argmax()) if margin == 0 else int(token), margin, None)
+            for row, (token, margin) in enumerate(rows_out)]
 
 
-def take_token(result: GenerationResult, index: int, picked: tuple[int, float | None],
+def take_token(result: GenerationResult, index: int, picked: Pick,
                end_tokens: frozenset[int], max_new_tokens: int, now: float) -> bool:
     """Add a token picked at time `now` to prompt `index`'s answer unless it is an end token;
     whether the answer is now complete (then it is done at `now`)."""
-    token, margin = picked
+    token, margin, draw = picked
     if margin is not None:
         result.margins[index].append(margin)
+    if draw is not None:
+        result.draws[index].append(draw)
     if not result.tokens[index] and result.stop_tokens[index] is None:
         result.first_token_at[index] = now
     if token in end_tokens:
@@ -250,7 +264,7 @@ class Call:
     def __post_init__(self):
         self.ends = frozenset(self.end_tokens)  # looked up for every picked token
 
-    def take(self, index: int, picked: tuple[int, float | None], now: float) -> bool:
+    def take(self, index: int, picked: Pick, now: float) -> bool:
         """`take_token` for prompt `index`: whether its answer is now complete."""
         return take_token(self.result, index, picked, self.ends, self.max_new_tokens, now)
 

@@ -48,13 +48,61 @@ def counter_uniform(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor
     return _shift_right(x, 11).double() / float(1 << 53)
 
 
+def boundary_margin(sorted_probs: torch.Tensor, mass_before: torch.Tensor, kept: torch.Tensor,
+                    cumulative: torch.Tensor, threshold: torch.Tensor, choice: torch.Tensor,
+                    temperature: float, top_p: float) -> torch.Tensor:
+    """How far every logit must move (each by at most that much) before a draw can change, one
+    value per row, in logits: the unit of greedy's margin, so one float error bound judges both.
+
+    Moving every logit by at most d moves each log-probability by at most 2d / T, so a sum of
+    probabilities S by at most (2d / T) S. The draw changes only where that
+    - carries the threshold across an end of the chosen token's interval (its distance to the
+      nearer end against the sizes of both),
+    - reorders the chosen token with a sorted neighbour (half their logit gap), or
+    - moves the nucleus' cut (its mass' distance to `top_p`) by a token larger than the
+      threshold's distance to an end.
+    """
+    width = cumulative.shape[-1]
+    at = choice[:, None]
+
+    def log_prob(position: torch.Tensor) -> torch.Tensor:
+        return sorted_probs.gather(-1, position.clamp(0, width - 1)).log().squeeze(-1)
+
+    upper = cumulative.gather(-1, at).squeeze(-1)
+    lower = torch.where(choice > 0, cumulative.gather(-1, (at - 1).clamp(min=0)).squeeze(-1), 0.0)
+    to_end = torch.minimum(threshold - lower, upper - threshold).clamp(min=0)
+    margin = temperature * to_end / (2 * (upper + threshold)).clamp(min=1e-30)
+    chosen, above, below = log_prob(at), log_prob(at - 1), log_prob(at + 1)
+    gap = torch.minimum(torch.where(choice > 0, above - chosen, torch.inf),
+                        torch.where(choice < width - 1, chosen - below, torch.inf))
+    gap = gap.nan_to_num(nan=0.0)  # two probabilities that underflowed to 0 tie
+    margin = torch.minimum(margin, temperature * gap / 2)
+    inside = kept.sum(dim=-1, keepdim=True)  # the nucleus' size; the first token outside
+    first_out = inside.clamp(max=width - 1)
+    has_cut = (inside < width).squeeze(-1)
+    cut_mass = torch.minimum(mass_before.gather(-1, first_out) - top_p,
+                             top_p - mass_before.gather(-1, first_out - 1)).squeeze(-1).abs()
+    cut_token = sorted_probs.gather(-1, first_out - 1).squeeze(-1)
+    cut_matters = has_cut & (to_end <= cut_token)
+    return torch.where(cut_matters, torch.minimum(margin, temperature * cut_mass / (2 * top_p)),
+                       margin)
+
+
 @dataclass
 class TopP:
-    """Temperature plus nucleus (top-p) sampling, by inverse CDF of one uniform draw per row."""
+    """Temperature plus nucleus (top-p) sampling, by inverse CDF of one uniform draw per row.
+
+    Beside each pick it keeps the row's uniform (`draws`: two runs of the same rows must draw the
+    same numbers) and its `margins` (`boundary_margin`): where two runs of the same model part,
+    equal draws and a margin under the float error of the logits mean rounding carried a draw
+    across a boundary; different draws, or a large margin, a bug.
+    """
 
     temperature: float
     top_p: float
     seed: int
+    margins: torch.Tensor | None = None
+    draws: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.temperature <= 0:
@@ -66,17 +114,20 @@ class TopP:
         """One seed and draw counter per prompt, in prompt order; `rows` in calls index here."""
         self.seeds = torch.tensor([row_seed(self.seed, key) for key in keys], dtype=torch.int64,
                                   device=device)
-        self.draws = torch.zeros(len(keys), dtype=torch.int64, device=device)
+        self.draws_made = torch.zeros(len(keys), dtype=torch.int64, device=device)
 
     def __call__(self, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
         probs = torch.softmax(logits.float() / self.temperature, dim=-1)
         sorted_probs, order = probs.sort(dim=-1, descending=True)
-        cumulative = sorted_probs.cumsum(dim=-1)
-        sorted_probs = sorted_probs.masked_fill(cumulative - sorted_probs >= self.top_p, 0.0)
-        cumulative = sorted_probs.cumsum(dim=-1)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        kept = mass_before < self.top_p
+        cumulative = sorted_probs.masked_fill(~kept, 0.0).cumsum(dim=-1)
         index = torch.tensor(rows, device=logits.device)
-        uniform = counter_uniform(self.seeds[index], self.draws[index]).to(cumulative.dtype)
-        self.draws[index] += 1
-        threshold = uniform[:, None] * cumulative[:, -1:]
-        choice = (cumulative < threshold).sum(dim=-1).clamp(max=cumulative.shape[-1] - 1)
+        uniform = counter_uniform(self.seeds[index], self.draws_made[index])
+        self.draws_made[index] += 1
+        threshold = uniform.to(cumulative.dtype) * cumulative[:, -1]
+        choice = (cumulative < threshold[:, None]).sum(dim=-1).clamp(max=cumulative.shape[-1] - 1)
+        self.draws = uniform
+        self.margins = boundary_margin(sorted_probs, mass_before, kept, cumulative,
+                                       threshold, choice, self.temperature, self.top_p)
         return order.gather(-1, choice[:, None]).squeeze(-1)

@@ -184,10 +184,12 @@ class StepContext:
     device: torch.device
 
 
-def grpo_step(model, optimizer, step: int, context: StepContext) -> dict:
+def grpo_step(model, optimizer, step: int, context: StepContext,
+              rollouts: list | None = None) -> dict:
     """One GRPO step (0-based `step`): this rank's rollouts of the step's problems, their
     rewards and group advantages, and one policy update (none where every reward is equal and
-    `skip_zero_advantage`). Returns the step's log row."""
+    `skip_zero_advantage`). Returns the step's log row; `rollouts`, where given, gets every
+    rollout's key, tokens, pick margins and draws, so a timing can judge where two runs part."""
     settings, tokenizer, torch_device = context.settings, context.tokenizer, context.device
     step_rollouts = settings.problems_per_step * settings.num_rollouts
     problems = [context.train[(step * settings.problems_per_step + p) % len(context.train)]
@@ -208,12 +210,15 @@ def grpo_step(model, optimizer, step: int, context: StepContext) -> dict:
         )
         gen_seconds = time.perf_counter() - tick
         rewards = torch.zeros(settings.problems_per_step, settings.num_rollouts)
-        scored = [(p, r, reward(tokenizer.decode(t), problems[p]["answer"]), t)
-                  for (p, r), t in zip(mine, result.tokens)]
+        scored = [(p, r, reward(tokenizer.decode(t), problems[p]["answer"]), t, m, d)
+                  for (p, r), t, m, d in zip(mine, result.tokens, result.margins, result.draws)]
         everyone = sorted(sum(distributed.all_gather(scored), []))
-        for p, r, value, _ in everyone:
+        for p, r, value, *_ in everyone:
             rewards[p, r] = value
-        digest = hashlib.sha256(json.dumps([t for *_, t in everyone]).encode()).hexdigest()
+        digest = hashlib.sha256(json.dumps([t for *_, t, _, _ in everyone]).encode()).hexdigest()
+        if rollouts is not None:
+            rollouts += [{"key": [p, r], "tokens": t, "margins": m, "draws": d}
+                         for p, r, _, t, m, d in everyone]
         skipped = settings.skip_zero_advantage and bool((rewards == rewards[:, :1]).all())
         update_start = time.perf_counter()
         if skipped:

@@ -181,9 +181,9 @@ def time_generation(model_dir: str, records_path: str, out_records: str, out_met
         } | shape(work, strategy, size, first, limits))
         outputs += [{"strategy": strategy, "index": i, "key": list(key),
                      "generated_text": tokenizer.decode(tokens),
-                     "generated_ids": tokens, "margins": margins, "steps": n}
-                    for i, (key, tokens, margins, n) in enumerate(
-                        zip(keys, first.tokens, first.margins, first.steps))]
+                     "generated_ids": tokens, "margins": margins, "draws": draws, "steps": n}
+                    for i, (key, tokens, margins, draws, n) in enumerate(
+                        zip(keys, first.tokens, first.margins, first.draws, first.steps))]
     write_jsonl(outputs, out_records)
     metrics = labels | {
         "n_problems": len(records), "num_samples": settings.num_samples,

@@ -28,6 +28,7 @@ from ..data.prompts import TextTokenizer
 from ..engine.sampling import TopP
 from ..model.checkpoint import load_model
 from ..training.state import seed_everything
+from ..engine.agreement import compare_answer
 from .distill import DistillRun, DistillSettings, train_step, training_examples
 from .grpo import GRPOSettings, StepContext, grpo_step
 
@@ -90,15 +91,18 @@ def time_grpo(model_dir: str, train_path: str, out_metrics: str, *, config: dict
         context = StepContext(stage_settings, tokenizer, train,
                               TopP(config["temperature"], config["top_p"], seed), torch_device)
 
-        def step(model, optimizer, index, context=context):
-            row = grpo_step(model, optimizer, index, context)
+        rollouts = {}  # each step's, from the last repeat (repeats agree, `repeats_agree`)
+
+        def step(model, optimizer, index, context=context, rollouts=rollouts):
+            rollouts[index] = []
+            row = grpo_step(model, optimizer, index, context, rollouts[index])
             return row["rollouts_digest"], row
 
         measured = time_setting(model, start_state, adamw(config["lr"]), step,
                                 timed_steps, seed, repeats, torch_device)
         runs.append({"strategy": strategy, "batch_size": size,
                      "units_per_step": config["num_rollouts"] * config["problems_per_step"]}
-                    | measured)
+                    | measured | {"rollouts": [rollouts[i] for i in range(timed_steps)]})
     return write_timing(out_metrics, "grpo", "rollouts", runs, setup, timed_steps, torch_device,
                         dtype, params, labels)
 
@@ -150,22 +154,32 @@ def adamw(lr: float) -> Callable:
     return lambda model: torch.optim.AdamW(model.parameters(), lr=lr)
 
 
-def agreement(stage: str, outputs: list, baseline: list) -> dict:
-    """How a setting's outputs compare with the one-at-a-time setting's: GRPO, how many steps
-    drew the same rollout tokens; distillation, the largest relative difference of a step's
-    loss."""
+def agreement(stage: str, run: dict, baseline: dict, dtype: str) -> dict:
+    """How a setting's outputs compare with the one-at-a-time setting's. GRPO: how many steps
+    drew the same rollout tokens, and at the first step that did not (later steps train on other
+    rollouts, so they part anyway) how its rollouts part: by near-ties (rounding carried a draw
+    across a boundary) or not (`engine.agreement.compare_answer`). Distillation: the largest
+    relative difference of a step's loss."""
     if stage == "grpo":
-        same = sum(a == b for a, b in zip(outputs, baseline))
-        return {"same_steps": same, "compared_steps": len(baseline)}
-    worst = max(abs(a - b) / abs(b) for a, b in zip(outputs, baseline))
+        pairs = list(zip(run["outputs"], baseline["outputs"]))
+        same = sum(a == b for a, b in pairs)
+        parted = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+        first = None
+        if parted is not None:
+            first = {"step": parted + 1, "verdicts": [
+                compare_answer(mine["tokens"], theirs["tokens"], theirs["margins"], dtype,
+                               mine["draws"], theirs["draws"])
+                for mine, theirs in zip(run["rollouts"][parted], baseline["rollouts"][parted])]}
+        return {"same_steps": same, "compared_steps": len(pairs), "first_parted": first}
+    worst = max(abs(a - b) / abs(b) for a, b in zip(run["outputs"], baseline["outputs"]))
     return {"max_loss_difference": worst if math.isfinite(worst) else None}
 
 
 def write_timing(out_metrics: str, stage: str, unit: str, runs: list[dict], setup: float,
                  steps: int, device, dtype: str, params: dict, labels: dict) -> dict:
-    baseline = runs[0]["outputs"]  # GRPO: each step's rollout digest; distillation: its loss
+    baseline = dict(runs[0])  # outputs: GRPO, each step's rollout digest; distillation, its loss
     for run in runs:
-        run |= agreement(stage, run["outputs"], baseline)
+        run |= agreement(stage, run, baseline, dtype)
     metrics = labels | {
         "stage": stage, "unit": unit, "timed_steps": steps, "setup_s": setup, "dtype": dtype,
         "threads": torch.get_num_threads(), "machine": machine_record(device), "runs": runs,

@@ -12,15 +12,17 @@ other; otherwise the stage's configured one (`chosen_by` says which).
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 import pandas as pd
 
 from ..core.io import read_json
 from ..core.plots import save_figure, subplots
-from ..core.timing import Summary, summarize, winner
+from ..core.timing import INTERVAL_REPEATS, Summary, summarize, winner
 from .curve import SAME_SETUP, matches_sequential, points
 from .names import machine_label
+from ..engine.agreement import verdict
 from .tables import write_table
 
 WORKLOADS = ("evaluation", "self_consistency", "grpo", "distillation")
@@ -50,7 +52,10 @@ def read_book(path: str | Path) -> pd.DataFrame:
 
 
 def summary_of(values: list[float]) -> Summary:
-    return summarize(values) if len(values) > 1 else Summary(values[0], values[0], values[0], 1)
+    """The repeats' median and 95% interval; no interval (NaN ends) under `INTERVAL_REPEATS`."""
+    if len(values) < INTERVAL_REPEATS:
+        return Summary(statistics.median(values), math.nan, math.nan, len(values))
+    return summarize(values)
 
 
 def timed(run_samples: list[dict], units: float | None, key: str = "wall_s",
@@ -60,9 +65,13 @@ def timed(run_samples: list[dict], units: float | None, key: str = "wall_s",
     work = summary_of([s[key] for s in run_samples])
     speed = summary_of([s[rate] if rate else units / s[key] for s in run_samples])
     # a time or a rate is never negative, though a wide t-interval of few repeats can reach below 0
-    return {"work_s": work.median, "work_s_lo": max(work.low, 0.0), "work_s_hi": work.high,
-            "throughput": speed.median, "throughput_lo": max(speed.low, 0.0),
+    return {"work_s": work.median, "work_s_lo": nonnegative(work.low), "work_s_hi": work.high,
+            "throughput": speed.median, "throughput_lo": nonnegative(speed.low),
             "throughput_hi": speed.high, "repeats": work.n}
+
+
+def nonnegative(low: float) -> float:
+    return low if math.isnan(low) else max(low, 0.0)
 
 
 def choose(candidates: dict, configured: list | None) -> tuple[object, str]:
@@ -73,6 +82,10 @@ def choose(candidates: dict, configured: list | None) -> tuple[object, str]:
     if len(summaries) == 1:
         key = next(iter(summaries))
         return key, "configured" if list(key) == list(configured or []) else "the only one timed"
+    if any(math.isnan(s.low) for s in summaries.values()):
+        if configured is not None and tuple(configured) in summaries:
+            return tuple(configured), "configured (too few repeats to rank)"
+        return max(summaries, key=lambda k: summaries[k].median), "fastest median (too few repeats to rank)"
     best, tied = winner(summaries)
     if best is not None:
         return best, "fastest, interval clear of the others"
@@ -142,6 +155,10 @@ def speedup(row: dict, base: dict | None) -> dict:
                 "speedup_verdict": "no one-at-a-time baseline", "total_speedup": None,
                 "total_speedup_lo": None, "total_speedup_hi": None}
     value = row["throughput"] / base["throughput"]
+    if math.isnan(row["throughput_lo"]) or math.isnan(base["throughput_lo"]):
+        repeats = min(row["repeats"], base["repeats"])
+        return {"speedup": value, "speedup_lo": math.nan, "speedup_hi": math.nan,
+                "speedup_verdict": f"{repeats} repeats: no interval", **total_speedup(row, base)}
     low = row["throughput_lo"] / base["throughput_hi"]
     # a baseline interval reaching 0 bounds the speedup from below only
     high = row["throughput_hi"] / base["throughput_lo"] if base["throughput_lo"] > 0 else math.inf
@@ -192,7 +209,10 @@ def training_agreement(run: dict, dtype: str) -> str:
     """`yes`, or how the batched steps' outputs part from the one-at-a-time steps'."""
     if "same_steps" in run:
         same, total = run["same_steps"], run["compared_steps"]
-        return "yes" if same == total else f"{same} of {total} steps drew the same rollouts"
+        if same == total:
+            return "yes"
+        first = run["first_parted"]
+        return f"{same} of {total} steps the same; step {first['step']}: {verdict(first['verdicts'])}"
     worst = run["max_loss_difference"]
     if worst is None:
         return "losses not finite"
@@ -247,6 +267,8 @@ def number_format(value: float) -> str:
 def interval_text(value, low, high, digits: str) -> str:
     if value is None or pd.isna(value):
         return ""
+    if pd.isna(low):
+        return f"{value:{digits}} (no interval)"
     return f"{value:{digits}} [{low:{digits}}, {high:{digits}}]"
 
 
@@ -299,6 +321,10 @@ def notes(table: pd.DataFrame) -> list[str]:
     for _, row in table[table["speedup_verdict"].notna()].iterrows():
         if row["speedup_verdict"] == "no one-at-a-time baseline":
             lines.append(f"- {row['workload']}: no one-at-a-time run, so no speedup.")
+        elif row["speedup_verdict"].endswith("no interval"):
+            lines.append(f"- {row['workload']}: {row['speedup_verdict']} (an interval needs "
+                         f"`timing.minimum_repeats` >= {INTERVAL_REPEATS}; with 2, a 95% "
+                         "interval is 12.7 standard errors each side), so no verdict either.")
     for _, row in table[table["note"].notna()].iterrows():
         lines.append(f"- {row['workload']} ({row['mode']}): {row['note']}.")
     return lines
@@ -334,9 +360,11 @@ def plot_speedups(table: pd.DataFrame, png: str, title: str) -> None:
             row = mine.iloc[0]
             xs.append(position + index * width)
             heights.append(row["speedup"])
-            errors[0].append(row["speedup"] - row["speedup_lo"])
+            no_interval = math.isnan(row["speedup_lo"])  # too few repeats: a bare bar
+            errors[0].append(0.0 if no_interval else row["speedup"] - row["speedup_lo"])
             # an unbounded interval (its baseline's reaches 0) is drawn to 10x its bar
-            errors[1].append(min(row["speedup_hi"], 10 * row["speedup"]) - row["speedup"])
+            errors[1].append(0.0 if no_interval else
+                             min(row["speedup_hi"], 10 * row["speedup"]) - row["speedup"])
         book = name.startswith("book: ")
         ax.bar(xs, heights, width, yerr=None if book else errors, capsize=3, label=name,
                hatch="//" if book else None, alpha=0.5 if book else 0.9)

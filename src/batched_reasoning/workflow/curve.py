@@ -8,14 +8,17 @@ machine's settings, not the strategies.
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from .names import machine_label
 from ..core.io import read_json, read_jsonl
 from ..core.plots import save_figure, subplots
-from ..core.timing import Summary, summarize, winner
+from ..core.timing import INTERVAL_REPEATS, Summary, summarize, winner
 from ..data.grading import correct_answers
-from .tables import compare_answer, with_interval
+from ..engine.agreement import compare_answer, verdict
+from .tables import with_interval
 
 # Rows that may be compared with each other.
 SAME_SETUP = ["seed", "model", "dataset", "device", "dtype", "threads", "machine"]
@@ -57,10 +60,12 @@ def points(metrics_paths: list[str], records_paths: list[str],
                    # how decode steps ran (`engine.compiled`); older runs were all eager
                    "decode": run.get("decode_mode", "eager"), "graphs": run.get("graphs", 0),
                    "compile_s": run.get("compile_seconds", 0.0)}
-            for name in TIMED:
+            for name in TIMED:  # too few repeats: no interval (`core.timing.INTERVAL_REPEATS`)
                 summary = run["summaries"][name]
-                row |= {name: summary["median"], f"{name}_lo": summary["low"],
-                        f"{name}_hi": summary["high"]}
+                bounded = run["repeats"] >= INTERVAL_REPEATS
+                row |= {name: summary["median"],
+                        f"{name}_lo": summary["low"] if bounded else math.nan,
+                        f"{name}_hi": summary["high"] if bounded else math.nan}
             row |= {
                 "spread": Summary(**run["summaries"]["tokens_per_s"]).relative_half_width,
                 "peak_mem_mb": run["peak_memory_mb"], "kv_cache_mb": run["kv_cache_mb"],
@@ -76,6 +81,7 @@ def points(metrics_paths: list[str], records_paths: list[str],
                 "pct_of_bound": 100 * median_of(run, "tokens_per_s") / run["bound_tokens_per_s"],
                 "outputs": [r["generated_ids"] for r in mine],
                 "margins": [r["margins"] for r in mine],
+                "draws": [r.get("draws", []) for r in mine],
             }
             if problems is not None:
                 row |= graded(run, mine, problems, point["num_samples"])
@@ -98,19 +104,16 @@ def median_of(run: dict, name: str) -> float:
 
 
 def matches_sequential(row: pd.Series, base: pd.Series | None) -> str:
-    """`yes`, or how many answers part from the one-at-a-time run's (greedy: a near-tie where
-    the sequential pick was a rounding away from its runner-up)."""
+    """`yes`, or how many answers part from the one-at-a-time run's by a near-tie (a pick a
+    rounding away from changing, with the same random numbers where sampled) and how many not.
+    Each sampled row's random stream is its own (keyed), so batching must not change it."""
     if base is None:
         return "no baseline"
-    if row["greedy"]:
-        verdicts = [compare_answer(tokens, base_tokens, margins, row["dtype"])
-                    for tokens, base_tokens, margins
-                    in zip(row["outputs"], base["outputs"], base["margins"])]
-    else:  # seeded samples: each row's random stream is its own, so tokens must be equal
-        verdicts = ["same" if a == b else "MISMATCH"
-                    for a, b in zip(row["outputs"], base["outputs"])]
-    ties, mismatches = verdicts.count("near-tie"), verdicts.count("MISMATCH")
-    return "yes" if ties == mismatches == 0 else f"{ties} near-tie, {mismatches} MISMATCH"
+    draws = row["draws"] if not row["greedy"] else [None] * len(row["outputs"])
+    base_draws = base["draws"] if not row["greedy"] else [None] * len(base["outputs"])
+    return verdict([compare_answer(tokens, base_tokens, margins, row["dtype"], mine, theirs)
+                    for tokens, base_tokens, margins, mine, theirs
+                    in zip(row["outputs"], base["outputs"], base["margins"], draws, base_draws)])
 
 
 def accuracies(metrics_paths: list[str], records_paths: list[str]) -> dict[tuple, dict]:
@@ -132,6 +135,8 @@ def best_marks(table: pd.DataFrame) -> pd.Series:
         summaries = {index: Summary(row["tokens_per_s"], row["tokens_per_s_lo"],
                                     row["tokens_per_s_hi"], row["repeats"])
                      for index, row in group.iterrows()}
+        if any(math.isnan(s.low) for s in summaries.values()):
+            continue  # too few repeats to rank
         best, tied = winner(summaries)
         for index in tied:
             marks[index] = "best" if index == best else "tie"
@@ -160,7 +165,7 @@ def curve_table(metrics_paths: list[str], records_paths: list[str],
                        "speedup_hi": row["tokens_per_s_hi"] / base["tokens_per_s_lo"]}
         rows.append(row.to_dict() | extra | speedup
                     | {"matches_sequential": matches_sequential(row, base)})
-    table = pd.DataFrame(rows).drop(columns=["outputs", "margins"])
+    table = pd.DataFrame(rows).drop(columns=["outputs", "margins", "draws"])
     table = table.sort_values(KEYS, ignore_index=True)
     table["best"] = best_marks(table)
     if skipped:
@@ -175,7 +180,8 @@ def compact(table: pd.DataFrame) -> pd.DataFrame:
     if shown["tokens_per_s"].isna().all():
         return shown[[c for c in ("strategy", "batch_size", "note") if c in shown]]
     shown["tokens_per_s"] = [
-        "" if pd.isna(value) else f"{value:.0f} [{low:.0f}, {high:.0f}]" for value, low, high
+        "" if pd.isna(value) else f"{value:.0f} (no interval)" if pd.isna(low) else
+        f"{value:.0f} [{low:.0f}, {high:.0f}]" for value, low, high
         in zip(shown["tokens_per_s"], shown["tokens_per_s_lo"], shown["tokens_per_s_hi"])]
     if "accuracy" not in shown and "subset_accuracy" in shown:
         shown["accuracy"] = shown["subset_accuracy"]

@@ -8,8 +8,6 @@ Stage modules never import these, so editing a table reruns only the table rules
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from ..core.io import atomic_path, read_json
@@ -81,24 +79,6 @@ def with_paired_effect(after: list, before: list, name: str) -> dict:
     return {name: mean, f"{name}_lo": low, f"{name}_hi": high}
 
 
-# A greedy pick whose top-two logit margin is below this may flip under the rounding that another
-# batch size, kernel or mask brings: in float32 logits moved by ~5e-5 between batch 1 and 8 on
-# Qwen3-0.6B; bfloat16 and float16 logits around 10-20 have last places of 0.06 and 0.008.
-NEAR_TIE_MARGIN = {"float64": 1e-9, "float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}
-
-
-def compare_answer(tokens: list[int], base_tokens: list[int], base_margins: list[float],
-                   dtype: str) -> str:
-    """`same`, `near-tie` or `MISMATCH`: an answer against the sequential run's, judged at the
-    first token where they part by how close the sequential run's pick there was."""
-    if tokens == base_tokens:
-        return "same"
-    first = next((i for i, (a, b) in enumerate(zip(tokens, base_tokens)) if a != b),
-                 min(len(tokens), len(base_tokens)))  # one answer ended where the other went on
-    margin = base_margins[first] if first < len(base_margins) else math.inf
-    return "near-tie" if margin < NEAR_TIE_MARGIN[dtype] else "MISMATCH"
-
-
 def markdown(table: pd.DataFrame) -> str:
     """The table in Markdown, with empty cells where values are missing. A value with an
     interval (`x`, `x_lo`, `x_hi`) is one cell, `x [lo, hi]`; an effect whose interval includes
@@ -108,6 +88,7 @@ def markdown(table: pd.DataFrame) -> str:
         effect = column in EFFECTS
         table[column] = [
             "" if pd.isna(value) else
+            f"{value:.3f} (no interval)" if pd.isna(low) else
             (f"{value:+.3f} [{low:+.3f}, {high:+.3f}]" if effect else
              f"{value:.3f} [{low:.3f}, {high:.3f}]")
             + (f" {NO_EFFECT_MARK}" if effect and not pd.isna(value) and includes_zero(low, high)
