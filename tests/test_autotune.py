@@ -121,8 +121,8 @@ def stage_files(tmp_path_factory):
     return root
 
 
-SETTINGS = {"max_new_tokens": 6, "limit": None, "num_samples": 3, "temperature": 1.0,
-            "top_p": 1.0, "prompt_suffix": ""}
+SETTINGS = {"max_new_tokens": 6, "limit": None, "timed_problems": 64, "num_samples": 3,
+            "temperature": 1.0, "top_p": 1.0, "prompt_suffix": ""}
 
 
 def probe_here(stage_files, stage, budget, **settings):
@@ -187,3 +187,17 @@ def test_a_gpu_out_of_memory_ends_the_probe_and_the_size_before_it_is_chosen(tmp
     assert "OutOfMemoryError" in record["trials"][-1]["note"]
     assert record["batch_size"] < record["trials"][-1]["batch_size"]
     assert record["gpu_memory_mb"] > 0
+
+
+@pytest.mark.parametrize("stage, settings, cap", [
+    ("evaluate", {"timed_problems": 5}, 5),  # its curve times 5 of the 12 problems
+    ("evaluate", {"timed_problems": 64, "limit": 7}, 7),
+    ("self_consistency", {"limit": 4}, 12),  # 4 problems x 3 samples in flight
+])
+def test_the_probe_never_tries_more_than_the_stage_has_in_flight(stage_files, stage, settings,
+                                                                 cap):
+    work, found = autotune.stage_work(stage, str(stage_files / "model"),
+                                      str(stage_files / "test.jsonl"), SETTINGS | settings,
+                                      "base", seed=0)
+    assert found == cap and len(work["sequences"]) == cap
+    assert run_probe(table(steady(*range(1, 10))), BUDGET, found)["batch_size"] <= cap

@@ -263,8 +263,8 @@ def stage_work(stage: str, model_dir: str, records_path: str, settings: dict,
     elif stage == "self_consistency":
         records = records[:settings["limit"]]
         repeats, cap = settings["num_samples"], len(records) * settings["num_samples"]
-    else:
-        records = records[:settings.get("limit")]
+    else:  # evaluation's batch sizes run its curve, timed on the first `timed_problems`
+        records = records[:settings.get("limit")][:settings["timed_problems"]]
         repeats, cap = 1, len(records)
     prompts = [tokenizer.encode(format_prompt(r["problem"], prompt_style)
                                 + settings.get("prompt_suffix", "")) for r in records]
