@@ -118,6 +118,54 @@ def test_bad_checkpoints_name_file_and_key(tmp_path, tiny_checkpoint):
         load_model(tiny_checkpoint, dtype="float8")
 
 
+def truncate(directory):
+    weights = directory / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+
+
+def overwrite_weights(directory):
+    (directory / "model.safetensors").write_bytes(b"<html>rate limited</html>")
+
+
+def drop_config_key(directory):
+    config = json.loads((directory / "config.json").read_text())
+    del config["num_hidden_layers"]
+    (directory / "config.json").write_text(json.dumps(config))
+
+
+def break_config_json(directory):
+    (directory / "config.json").write_text('{"vocab_size": 64,')
+
+
+def larger_tokenizer(directory):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    size = json.loads((directory / "config.json").read_text())["vocab_size"] + 5
+    Tokenizer(WordLevel({f"t{i}": i for i in range(size)}, unk_token="t0")).save(
+        str(directory / "tokenizer.json"))
+
+
+# Issue 56: each damaged file is named, with what is wrong and what to do.
+BAD_FILES = [
+    (truncate, r"model\.safetensors: unreadable safetensors .*truncated or not safetensors: "
+               r"download or build the model again"),
+    (overwrite_weights, r"model\.safetensors: unreadable safetensors"),
+    (drop_config_key, r"config\.json: missing required key 'num_hidden_layers'; a Qwen3"),
+    (break_config_json, r"config\.json: not a JSON config .*download or build the model again"),
+    (larger_tokenizer, r"tokenizer\.json: \d+ tokens, more than the \d+ rows \(vocab_size\) of "
+                       r".*config\.json; the tokenizer belongs to another model"),
+]
+
+
+@pytest.mark.parametrize("damage, message", BAD_FILES, ids=[d.__name__ for d, _ in BAD_FILES])
+def test_a_damaged_checkpoint_file_names_itself_and_what_to_do(tiny_checkpoint, damage, message):
+    load_model(tiny_checkpoint)  # whole, it loads
+    damage(tiny_checkpoint)
+    with pytest.raises(ValueError, match=message):
+        load_model(tiny_checkpoint)
+
+
 @pytest.mark.parametrize("rows", [1, 3, 4, 8, 256, 257])
 def test_linear_matches_torch_on_both_paths(rows):
     """Our Linear computes the same product (and gradients) whichever orientation it picks,

@@ -9,6 +9,7 @@ ignores write bits, so only an ordinary user sees a write-protected output stop 
 import hashlib
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -157,8 +158,8 @@ def test_comment_and_docstring_edits_rerun_nothing(workdir):
 
 def test_sampler_code_edit_reruns_only_sampling_stages(workdir):
     before = snapshot(workdir)
-    edit_module(workdir, "engine.sampling", "uniform[:, None] * cumulative[:, -1:]",
-                "cumulative[:, -1:] * uniform[:, None]")
+    edit_module(workdir, "engine.sampling", "uniform.to(cumulative.dtype) * cumulative[:, -1]",
+                "cumulative[:, -1] * uniform.to(cumulative.dtype)")
     plan = plan_of(workdir)
     # the curves' one script times sampled and greedy points alike: both rerun
     points = len(plan.curve_points("evaluate")) + len(plan.curve_points("self_consistency"))
@@ -207,6 +208,14 @@ def test_table_edit_rebuilds_tables_and_plots_only(workdir):
 # default), and the exact jobs a dry run plans, or the error that names the key.
 EVALUATE, GRPO, SC = ("results/tables/evaluate.tsv", "results/tables/grpo.tsv",
                       "results/tables/self_consistency.tsv")
+def local_model(path: str) -> dict:
+    return {"models": {"mine": {"source": "local", "path": path, "prompt_style": "base"}},
+            "evaluate": {"models": ["mine"]}}
+
+
+TOY_MODEL = "results/seed0/pretrain/toy/model"  # a real model directory, the tiny run's toy
+LOCAL_DATA = {"datasets": {"mydata": {"source": "local", "path": "/nonexistent.json"}},
+              "evaluate": {"datasets": ["mydata"]}}
 AUTO = {"evaluate": {"batch_sizes": ["auto"], "strategies": ["sequential", "batched_stop"]}}
 NO_TRAIN_SPLIT = {"grpo": {"models": ["qwen3-0.6b-base"], "datasets": ["math500"]}}
 PLANS = [
@@ -249,6 +258,19 @@ PLANS = [
     # what cannot be planned stops at parse time, naming the key
     (NO_TRAIN_SPLIT, None, "grpo.datasets names 'math500', which has no train split"),
     (NO_TRAIN_SPLIT, GRPO, "grpo.datasets names 'math500', which has no train split"),
+    # issue 56: a path the config names is checked before any job, whatever the target (a
+    # missing one was "Nothing to be done": Snakemake took the old table for a source file)
+    (local_model("/nonexistent"), None, "models.mine.path /nonexistent: no such directory"),
+    (local_model("/nonexistent"), EVALUATE, "models.mine.path /nonexistent: no such directory"),
+    (local_model("results"), None, "models.mine.path results: no config.json, tokenizer.json, "
+                                   "weights (model.safetensors or model.safetensors.index.json)"),
+    (local_model(TOY_MODEL), None,
+     {"tokenize": 1, "evaluate": 1, "grade": 1, "time_generation": 2, "evaluate_table": 1,
+      "workload_table": 1, "appendix_e_table": 1}),
+    (LOCAL_DATA, None, "datasets.mydata.path /nonexistent.json: no such file"),
+    (LOCAL_DATA, EVALUATE, "datasets.mydata.path /nonexistent.json: no such file"),
+    ({"distill": {"teacher": {"source": "local", "path": "/nonexistent.json"}}}, None,
+     "distill.teacher.path /nonexistent.json: no such file"),
 ]
 
 
@@ -262,6 +284,27 @@ def test_every_config_change_is_planned_or_refused(workdir, change, target, expe
         assert not re.search(r"^(?:local)?rule \w+:$", proc.stdout, re.M)  # no job ran
     else:
         assert run(workdir, *args) == expected
+
+
+def test_a_truncated_local_model_stops_its_jobs_naming_the_file_and_the_entry(workdir):
+    """Issue 56's bad file, run for real: the evaluation's jobs fail with the file, what is
+    wrong and the config entry; no output of theirs is left and no finished output changes."""
+    broken = workdir / "broken"
+    shutil.copytree(workdir / TOY_MODEL, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    edit_config(workdir, lambda config: config.update(merged(config, local_model("broken"))))
+    before = snapshot(workdir)
+    proc = snakemake(workdir, EVALUATE, env=library_env(workdir), check=False)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "broken/model.safetensors: unreadable safetensors" in said, said[-3000:]
+    assert "the job's model: config models.mine (source local, path broken)" in said
+    after = snapshot(workdir)
+    assert {path for path in before if after.get(path) != before[path]} == set()
+    made = {path for path in after if path not in before and "/mine/" in path}
+    assert made and all("/tokenized/" in path or "/logs/" in path or "/benchmarks/" in path
+                        for path in made), sorted(made)
 
 
 def test_io_edit_reruns_everything_that_imports_it_absolutely_or_not(workdir):

@@ -37,6 +37,7 @@ rule time_training:
         dtype=WIRE.dtype_of,
         compile=WIRE.stage_compile_of,
         prompt_style=WIRE.prompt_style_of,
+        model_entry=WIRE.model_entry_of,
         seed=WIRE.seed_of,
         code=CODE["time_training"],
     script:

@@ -30,6 +30,7 @@ checkpoint autotune:
         dtype=WIRE.dtype_of,
         compile=WIRE.stage_compile_of,
         prompt_style=WIRE.prompt_style_of,
+        model_entry=WIRE.model_entry_of,
         seed=WIRE.seed_of,
         code=CODE["autotune"],
     script:

@@ -34,6 +34,7 @@ rule time_generation:
         dtype=WIRE.dtype_of,
         compile=WIRE.compile_of,
         prompt_style=WIRE.prompt_style_of,
+        model_entry=WIRE.model_entry_of,
         seed=WIRE.seed_of,
         code=CODE["time_generation"],
     script:

@@ -60,6 +60,7 @@ rule distill:
         **PLAN.settings("distill"),
         dtype=WIRE.dtype_of,
         prompt_style=WIRE.prompt_style_of,
+        model_entry=WIRE.model_entry_of,
         teacher=DISTILL["teacher"],
         seed=WIRE.seed_of,
         code=CODE["distill"],

@@ -32,6 +32,7 @@ rule evaluate:
         dtype=WIRE.dtype_of,
         compile=WIRE.compile_of,
         prompt_style=WIRE.prompt_style_of,
+        model_entry=WIRE.model_entry_of,
         seed=WIRE.seed_of,
         code=CODE["evaluate"],
     script:

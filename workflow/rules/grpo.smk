@@ -42,6 +42,7 @@ rule grpo:
         dtype=WIRE.dtype_of,
         compile=WIRE.compile_of,
         prompt_style=WIRE.prompt_style_of,
+        model_entry=WIRE.model_entry_of,
         seed=WIRE.seed_of,
         code=CODE["grpo"],
     script:

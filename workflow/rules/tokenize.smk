@@ -17,6 +17,7 @@ rule tokenize:
         runtime="10m",
     params:
         prompt_style=WIRE.prompt_style_of,
+        model_entry=WIRE.model_entry_of,
         sort_by_length=EVAL["sort_by_length"],
         limit=EVAL["limit"],
         code=CODE["tokenize"],

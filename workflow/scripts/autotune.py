@@ -2,7 +2,7 @@ from batched_reasoning.workflow.autotune import probe
 from batched_reasoning.core.io import log_to
 
 w = snakemake.wildcards
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], note=f"the job's model: {snakemake.params.model_entry}"):
     probe(
         w.stage, snakemake.input.model, snakemake.input.records, snakemake.output.json,
         device=w.device,

@@ -6,7 +6,7 @@ from batched_reasoning.training.distributed import launch
 from batched_reasoning.training.settings import TrainingFiles
 
 params, wildcards, output = dict(snakemake.params.items()), snakemake.wildcards, snakemake.output
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], note=f"the job's model: {snakemake.params.model_entry}"):
     settings = DistillSettings.from_params(
         params, batch_size=int(wildcards.batch_size), device=wildcards.device,
         threads=snakemake.threads)

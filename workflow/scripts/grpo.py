@@ -4,7 +4,7 @@ from batched_reasoning.training.distributed import launch
 from batched_reasoning.training.settings import TrainingFiles
 
 params, wildcards, output = dict(snakemake.params.items()), snakemake.wildcards, snakemake.output
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], note=f"the job's model: {snakemake.params.model_entry}"):
     settings = GRPOSettings.from_params(
         params, strategy=wildcards.strategy, batch_size=int(wildcards.batch_size),
         device=wildcards.device, threads=snakemake.threads)

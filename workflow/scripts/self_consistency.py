@@ -2,7 +2,7 @@ from batched_reasoning.core.io import log_to
 from batched_reasoning.stages.self_consistency import SamplingSettings, self_consistency
 
 params, wildcards, output = dict(snakemake.params.items()), snakemake.wildcards, snakemake.output
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], note=f"the job's model: {snakemake.params.model_entry}"):
     settings = SamplingSettings.from_params(
         params, strategy=wildcards.strategy, batch_size=int(wildcards.batch_size),
         device=wildcards.device, threads=snakemake.threads)

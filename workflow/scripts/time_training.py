@@ -6,7 +6,7 @@ params, wildcards = snakemake.params, snakemake.wildcards
 time_stage = {"grpo": time_grpo, "distill": time_distill}[wildcards.stage]
 settings = {"grpo": "settings", "distill": "batch_sizes"}[wildcards.stage]
 decode = {} if params.compile is None else {"compile": params.compile}  # GRPO's rollouts
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], note=f"the job's model: {snakemake.params.model_entry}"):
     time_stage(
         snakemake.input.model,
         snakemake.input.records,

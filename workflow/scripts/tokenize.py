@@ -1,7 +1,7 @@
 from batched_reasoning.stages.tokenization import tokenize
 from batched_reasoning.core.io import log_to
 
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0], note=f"the job's model: {snakemake.params.model_entry}"):
     tokenize(
         snakemake.input.tokenizer, snakemake.input.records,
         snakemake.output.batches, snakemake.output.stats,

@@ -74,8 +74,10 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 
 @contextlib.contextmanager
-def log_to(path: str | os.PathLike) -> Iterator[None]:
-    """Send a job's stdout and stderr (progress bars, warnings, tracebacks) to its log file.
+def log_to(path: str | os.PathLike, note: str | None = None) -> Iterator[None]:
+    """Send a job's stdout and stderr (progress bars, warnings, tracebacks) to its log file;
+    `note` is added to any error the job raises (where its inputs came from: a file's error
+    names the file, not the config entry that named it).
 
     The redirection is of the file descriptors too, so processes the job starts (the ranks of
     a data-parallel run) and native libraries write to the log as well.
@@ -94,7 +96,9 @@ def log_to(path: str | os.PathLike) -> Iterator[None]:
         sys.stdout = sys.stderr = log
         try:
             yield
-        except BaseException:
+        except BaseException as error:
+            if note is not None:
+                error.add_note(note)
             traceback.print_exc(file=log)
             raise
         finally:

@@ -11,7 +11,8 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
+from tokenizers import Tokenizer
 from safetensors.torch import save_file
 
 from ..core.io import atomic_dir, atomic_path
@@ -44,6 +45,31 @@ def weight_files(directory: Path) -> list[Path]:
     )
 
 
+def readable_keys(file: Path) -> list[str]:
+    """The tensor names of a safetensors file, or an error naming it: a truncated download's
+    header promises more bytes than the file holds."""
+    try:
+        with safe_open(file, framework="pt", device="cpu") as f:
+            return list(f.keys())
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(f"{file}: unreadable safetensors ({error}); the file is truncated "
+                              "or not safetensors: download or build the model again") from error
+
+
+def check_vocabulary(directory: Path, cfg: Qwen3Config) -> None:
+    """Refuse a tokenizer whose token ids reach past the model's embedding rows: the first such
+    id would index outside them, deep inside a forward pass."""
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        return
+    size = Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
+    if size > cfg.vocab_size:
+        raise CheckpointError(
+            f"{path}: {size} tokens, more than the {cfg.vocab_size} rows (vocab_size) of "
+            f"{directory / 'config.json'}; the tokenizer belongs to another model: put the "
+            "model's own tokenizer.json beside its weights")
+
+
 def load_model(directory: str | Path, dtype: str = "float32", device: str = "cpu") -> Qwen3:
     """Build a Qwen3 from `directory`'s config.json and load its safetensors weights.
 
@@ -59,6 +85,7 @@ def load_model(directory: str | Path, dtype: str = "float32", device: str = "cpu
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {directory}")
     cfg = Qwen3Config.from_file(directory / "config.json")
+    check_vocabulary(directory, cfg)
     torch_dtype = resolve_dtype(dtype)
     files = weight_files(directory)
     with torch.device("meta"):
@@ -66,8 +93,7 @@ def load_model(directory: str | Path, dtype: str = "float32", device: str = "cpu
     expected = model.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     for file in files:
-        with safe_open(file, framework="pt", device="cpu") as f:
-            keys = list(f.keys())
+        keys = readable_keys(file)
         for key in keys:
             if key not in expected:
                 raise CheckpointError(f"{file}: unexpected parameter {key!r}")

@@ -59,7 +59,8 @@ class Qwen3Config:
             elif name == "head_dim" and "hidden_size" in values:
                 kwargs[name] = values["hidden_size"] // values["num_attention_heads"]
             elif field.default is dataclasses.MISSING:
-                raise KeyError(f"{source}: missing required key {name!r}")
+                raise ValueError(f"{source}: missing required key {name!r}; a Qwen3 "
+                                 "config.json has it (download or build the model again)")
         return cls(**kwargs)
 
     @classmethod
@@ -67,7 +68,12 @@ class Qwen3Config:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"model config not found: {path}")
-        return cls.from_dict(json.loads(path.read_text()), source=str(path))
+        try:
+            values = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path}: not a JSON config ({error}); the checkpoint's config.json "
+                             "is damaged: download or build the model again") from error
+        return cls.from_dict(values, source=str(path))
 
     def to_dict(self) -> dict:
         """The HF keys, so `transformers.Qwen3ForCausalLM` can load what we save."""

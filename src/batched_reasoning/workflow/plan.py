@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from ..model.checkpoint import WEIGHTS, WEIGHTS_INDEX
 from ..model.config import QWEN3_SHAPES, Qwen3Config
 from ..engine.memory_model import CPU_WORKFLOW_JOB_MB, predict_peak_mb, predict_training_mb
 from ..world.toy_tokenizer import QWEN3_SPECIAL_TOKENS
@@ -85,6 +86,16 @@ def check_shape(model_dir: str | Path, shape: str | dict, key: str) -> None:
                         + ", ".join(wrong) + f"; set {key} to this model's architecture")
 
 
+def missing_model_files(directory: Path) -> str:
+    """What a local model directory lacks, or "" if nothing."""
+    if not directory.is_dir():
+        return "no such directory"
+    missing = [f for f in ("config.json", "tokenizer.json") if not (directory / f).is_file()]
+    if not (directory / WEIGHTS).is_file() and not (directory / WEIGHTS_INDEX).is_file():
+        missing.append(f"weights ({WEIGHTS} or {WEIGHTS_INDEX})")
+    return f"no {', '.join(missing)}" if missing else ""
+
+
 class Plan:
     """Every decision the workflow makes from its config, before any job runs."""
 
@@ -143,6 +154,47 @@ class Plan:
                 raise PlanError(
                     f"config: models.{name} (source hub) needs `shape`, the model's architecture: "
                     f"one of {sorted(QWEN3_SHAPES)} or a mapping of its config.json keys")
+        self.check_local_files()
+
+    def used(self, catalogue: str) -> list[str]:
+        """The catalogue entries (`models`, `datasets`) some stage uses, a student's base model
+        for the student."""
+        stages = [self.config[stage] for stage in GENERATION_STAGES + TRAINING_STAGES]
+        names = [name for cfg in stages for name in cfg[catalogue]]
+        if catalogue == "models":
+            names = [self.base_model(name) for name in
+                     names + self.config["self_consistency"]["curve"]["models"]]
+        return list(dict.fromkeys(names))
+
+    def check_local_files(self) -> None:
+        """Every file a used catalogue entry names on this machine, there before any job runs:
+        Snakemake would otherwise take an old table for a source file ("Nothing to be done") or
+        stop on a MissingInputException naming no config key."""
+        for name in self.used("models"):
+            entry = self.config["models"][name]
+            if entry["source"] == "local":
+                missing = missing_model_files(Path(entry["path"]))
+                if missing:
+                    raise PlanError(
+                        f"config: models.{name}.path {entry['path']}: {missing}; a local model "
+                        f"is a directory as a Hugging Face download holds it: config.json, "
+                        f"tokenizer.json and {WEIGHTS} (or {WEIGHTS_INDEX} and its shards)")
+        for name in self.used("datasets"):
+            entry = self.config["datasets"][name]
+            if entry["source"] != "local":
+                continue
+            splits = [("path", entry["path"])]
+            if "train" in entry:
+                splits.append(("train.path", entry["train"]["path"]))
+            for key, path in splits:
+                if not Path(path).is_file():
+                    raise PlanError(f"config: datasets.{name}.{key} {path}: no such file; a "
+                                    "local split is a JSON, JSON Lines or Parquet file of "
+                                    "problems")
+        teacher = self.config["distill"]["teacher"]
+        if teacher["source"] == "local" and not Path(teacher["path"]).is_file():
+            raise PlanError(f"config: distill.teacher.path {teacher['path']}: no such file; "
+                            "a local teacher is a JSON list or JSON Lines of traces")
 
     # --- models ---------------------------------------------------------------------------
 

@@ -67,6 +67,15 @@ class Wiring:
     def prompt_style_of(self, w) -> str:
         return self.plan.prompt_style(w.model)
 
+    def model_entry_of(self, w) -> str:
+        """The catalogue entry a job's model comes from, for its errors to name."""
+        base = self.plan.base_model(w.model)
+        entry = self.config["models"][base]
+        where = {"local": f"path {entry.get('path')}", "hub": f"repo {entry.get('repo_id')}",
+                 "toy": "built by the workflow"}[entry["source"]]
+        student = "" if base == w.model else f"; {w.model} is distilled from it"
+        return f"config models.{base} (source {entry['source']}, {where}{student})"
+
     def seed_of(self, w) -> int:
         return int(w.seed)
 
