@@ -23,6 +23,7 @@ from batched_reasoning.stages.distill import (
     epoch_batches,
     mean_loss,
     train_step,
+    training_examples,
 )
 from batched_reasoning.engine.padding import batches, pad_fraction
 from batched_reasoning.training.settings import TrainingFiles
@@ -313,3 +314,30 @@ def test_table_compares_batch_sizes_world_sizes_and_takes_accuracies_per_device(
     assert gain["accuracy_gain_hi"] == pytest.approx(0.5 + half, rel=1e-5)
     assert table["accuracy_gain"].isna().tolist() == [True, False, True, True]
     assert table["student_truncated"].iloc[1] == 2
+
+
+def test_too_few_traces_that_fit_say_how_many_and_which_max_seq_len_keeps_enough(tokenizer,
+                                                                                tmp_path):
+    """Issue 56: traces longer than `max_seq_len` (the book's teacher answers are 649-1939
+    tokens) are dropped before `max_examples` is applied; where too few are left for the held-out
+    set and one step, the job says so with the numbers instead of 'no training data'."""
+    rows = make_teacher_traces(ARITH[:30])
+    teacher = tmp_path / "teacher.json"
+    teacher.write_text(json.dumps(rows))
+    lengths = sorted(len(build_example(r, tokenizer, "base", True).ids) for r in rows)
+    settings = dict(prompt_style="base", batch_size=4, examples_per_step=4, device="cpu",
+                    dtype="float32", epochs=1, lr=1e-4, validation_size=6, max_examples=3,
+                    use_think_tokens=True, sort_by_length=False, grad_clip=1.0, seed=0,
+                    log_every=5, checkpoint_every=3, threads=1)
+    fits = sum(n <= lengths[4] for n in lengths)
+    with pytest.raises(ValueError, match=(
+            rf"teacher.json: {fits} of 30 traces fit distill.max_seq_len {lengths[4]} \(they are "
+            rf"{lengths[0]} to {lengths[-1]} tokens\), but distill.validation_size 6 and one step "
+            rf"of distill.examples_per_step 4 need 10; max_seq_len {lengths[9]} would keep 10")):
+        training_examples(str(teacher), tokenizer,
+                          DistillSettings(max_seq_len=lengths[4], **settings))
+    train, validation, report = training_examples(
+        str(teacher), tokenizer, DistillSettings(max_seq_len=lengths[9], **settings))
+    assert len(validation) == 6 and len(train) == 3  # max_examples of the traces that fit
+    assert all(len(e.ids) <= lengths[9] for e in train + validation)
+    assert report["n_too_long"] == sum(n > lengths[9] for n in lengths) > 0

@@ -110,6 +110,17 @@ def training_examples(teacher_path: str, tokenizer: TextTokenizer, settings: Dis
     examples = [build_example(r, tokenizer, settings.prompt_style, settings.use_think_tokens)
                 for r in rows]
     kept = [e for e in examples if len(e.ids) <= settings.max_seq_len]
+    needed = settings.validation_size + settings.examples_per_step  # held out, and one step
+    if len(kept) < needed:
+        lengths = sorted(len(e.ids) for e in examples)
+        fits = (f"; max_seq_len {lengths[needed - 1]} would keep {needed}"
+                if len(lengths) >= needed else "")
+        raise ValueError(
+            f"{teacher_path}: {len(kept)} of {len(examples)} traces fit distill.max_seq_len "
+            f"{settings.max_seq_len} (they are {lengths[0] if lengths else 0} to "
+            f"{lengths[-1] if lengths else 0} tokens), but distill.validation_size "
+            f"{settings.validation_size} and one step of distill.examples_per_step "
+            f"{settings.examples_per_step} need {needed}{fits}")
     report["n_too_long"] = len(examples) - len(kept)
     if report["n_too_long"]:
         print(f"dropped {report['n_too_long']} of {len(examples)} examples longer than "
