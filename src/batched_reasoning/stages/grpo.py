@@ -184,6 +184,16 @@ class StepContext:
     device: torch.device
 
 
+def recorded_rollouts(everyone: list[tuple], rollouts: list | None) -> str:
+    """The digest of a step's rollout tokens (`everyone`: sorted (problem, rollout, reward,
+    tokens, margins, draws)); `rollouts`, where given, gets each one's key, tokens, margins and
+    draws."""
+    if rollouts is not None:
+        rollouts += [{"key": [p, r], "tokens": t, "margins": m, "draws": d}
+                     for p, r, _, t, m, d in everyone]
+    return hashlib.sha256(json.dumps([t for *_, t, _, _ in everyone]).encode()).hexdigest()
+
+
 def grpo_step(model, optimizer, step: int, context: StepContext,
               rollouts: list | None = None) -> dict:
     """One GRPO step (0-based `step`): this rank's rollouts of the step's problems, their
@@ -215,10 +225,7 @@ def grpo_step(model, optimizer, step: int, context: StepContext,
         everyone = sorted(sum(distributed.all_gather(scored), []))
         for p, r, value, *_ in everyone:
             rewards[p, r] = value
-        digest = hashlib.sha256(json.dumps([t for *_, t, _, _ in everyone]).encode()).hexdigest()
-        if rollouts is not None:
-            rollouts += [{"key": [p, r], "tokens": t, "margins": m, "draws": d}
-                         for p, r, _, t, m, d in everyone]
+        digest = recorded_rollouts(everyone, rollouts)
         skipped = settings.skip_zero_advantage and bool((rewards == rewards[:, :1]).all())
         update_start = time.perf_counter()
         if skipped:
