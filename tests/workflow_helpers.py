@@ -22,13 +22,13 @@ TINY_CONFIG = {
             "intermediate_size": 64, "max_position_embeddings": 512},
     "pretrain": {"steps": 20, "batch_size": 8, "checkpoint_every": 10},
     # curves time the student of distillation at batch size 4 (the default config's reasoning
-    # workload), each point twice
+    # workload), each point three times: the fewest repeats that give an interval
     "evaluate": {"models": ["toy-distilled-bs4-cpu"], "batch_sizes": [1, 3], "max_new_tokens": 8,
                  "timed_problems": 4, "accuracy_batch_size": 3},
     "self_consistency": {"batch_sizes": [3], "num_samples": 3, "max_new_tokens": 8, "limit": 4,
                          "curve": {"models": ["toy-distilled-bs4-cpu"], "batch_sizes": [3],
                                    "problems": 2}},
-    "timing": {"minimum_repeats": 2, "maximum_repeats": 2},
+    "timing": {"minimum_repeats": 3, "maximum_repeats": 3},
     "grpo": {"strategies": ["sequential", "batched_stop"], "batch_sizes": [4],
              "world_sizes": [1, 2], "steps": 4, "num_rollouts": 4,
              "max_new_tokens": 8, "checkpoint_every": 2, "eval_every": 2, "eval_problems": 4,
