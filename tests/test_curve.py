@@ -138,3 +138,17 @@ def test_a_curve_whose_every_point_was_skipped_still_makes_its_table(tmp_path):
     assert curve.curve_lines(table, "problems")[-1].startswith("- Rows marked *skipped*")
     curve.plot_curve(table, str(tmp_path / "curve.png"), "empty")
     assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_a_row_timed_on_a_shared_node_says_so():
+    """A scheduler's record tells an owned node (or no scheduler) from one other jobs shared."""
+    from batched_reasoning.workflow.names import machine_label
+
+    record = MACHINE | {"threads": 2}
+    alone = machine_label(record | {"allocation": {"scheduler": "slurm", "exclusive": True}})
+    assert alone == machine_label(record) == machine_label(record | {"allocation": None})
+    assert alone == "Test CPU, 2 threads"
+    shared = machine_label(record | {"allocation": {"scheduler": "slurm", "exclusive": False}})
+    assert shared == "Test CPU, 2 threads, node shared"
+    unknown = machine_label(record | {"allocation": {"scheduler": "slurm", "exclusive": None}})
+    assert unknown == alone  # scontrol could not say: nothing claimed

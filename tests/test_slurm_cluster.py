@@ -73,3 +73,24 @@ def test_sbatch_wait_completes_and_is_accounted(tmp_path, account):
             break
         time.sleep(1)
     assert state == "COMPLETED", f"sacct says {state!r} for job {job_id}"
+
+
+@pytest.mark.parametrize("exclusive", [True, False], ids=["own-node", "shared-node"])
+def test_a_job_records_whether_it_had_its_node_to_itself(tmp_path, exclusive):
+    """What `core.allocation` reads inside a real job, asked for with and without
+    `--exclusive` (the SLURM profile's timed jobs ask with)."""
+    import json
+    import sys
+
+    from batched_reasoning.core.allocation import slurm_allocation
+
+    assert slurm_allocation({}) is None  # outside SLURM: nothing to record
+    probe = "import json; from batched_reasoning.core.allocation import slurm_allocation; " \
+            "print(json.dumps(slurm_allocation()))"
+    cmd = ["sbatch", "--wait", "--time=2", "--mem=100", f"--output={tmp_path}/out.json",
+           *(["--exclusive"] if exclusive else []), "--wrap", f"{sys.executable} -c '{probe}'"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "out.json").read_text())
+    assert record["scheduler"] == "slurm" and record["job_id"].isdigit() and record["node"]
+    assert record["exclusive"] is exclusive

@@ -79,6 +79,21 @@ def test_a_probe_asks_for_the_node_of_the_jobs_it_sizes(tmp_path):
     assert all(p["timing"] == "1" for p in probes.values())  # nothing timed runs beside it
 
 
+def test_every_timed_job_asks_for_a_node_of_its_own(tmp_path):
+    """Jobs that time generation or training (`timing=1`) ask SLURM for their node alone; the
+    others share. The profile's list of rules has to keep up with the rules."""
+    config = yaml.safe_load(yaml.safe_dump(TINY_CONFIG))
+    config["evaluate"] |= {"batch_sizes": [1, "auto"]}
+    jobs = dry_run_resources(copy_workflow(tmp_path, config))
+    timed = {j["rule"] for j in jobs if j.get("resources", {}).get("timing") == "1"}
+    assert {"evaluate", "self_consistency", "grpo", "distill", "time_generation",
+            "time_training", "autotune"} <= timed
+    for job in jobs:
+        resources = job.get("resources", {})
+        owns_node = "--exclusive" in resources.get("slurm_extra", "")
+        assert owns_node == (resources.get("timing") == "1"), job
+
+
 def cluster_up():
     if not shutil.which("sinfo"):
         return False
@@ -134,3 +149,6 @@ def test_workflow_runs_through_slurm(tiny_run, tmp_path):
     for stage in ("evaluate", "self_consistency", "curve"):  # training: test_pretrain/test_grpo
         made, made_locally = records(cluster, stage), records(local, stage)
         assert made and made == {path: made_locally[path] for path in made}
+    for path in cluster.glob("results/seed0/curve/**/metrics.json"):  # timed on a node alone
+        allocation = json.loads(path.read_text())["machine"]["allocation"]
+        assert allocation["scheduler"] == "slurm" and allocation["exclusive"] is True, path

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from .allocation import slurm_allocation
 from .cpu_class import current_cpu_class
 
 
@@ -59,12 +60,14 @@ def synchronize(device: torch.device) -> None:
 
 def machine_record(device: torch.device) -> dict:
     """What a timing depends on besides the code: the processor (CPU model, or GPU name and
-    memory), cores, threads and the software under the model."""
+    memory), cores, threads, the software under the model, and under a scheduler whether the
+    job had its node to itself."""
     record = {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "device": device.type, "device_name": device_name(device),
               "cuda": torch.version.cuda, "gpu_memory_gb": None, "driver": None,
               # the kernels' instruction set, where a run caps it to act out another CPU class
-              "cpu_class": current_cpu_class(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+              "cpu_class": current_cpu_class(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "allocation": slurm_allocation()}
     if device.type == "cuda":
         record["gpu_memory_gb"] = round(torch.cuda.get_device_properties(device).total_memory
                                         / 2**30, 1)

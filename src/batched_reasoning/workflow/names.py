@@ -11,12 +11,13 @@ def student_name(model: str, batch_size, device: str, world_size=1) -> str:
 
 def machine_label(record: dict) -> str:
     """A machine's name in merged tables: its processor (and the CPU class it acted out, if
-    any) and threads."""
+    any), threads, and whether a scheduler let other jobs share its node while it was timed."""
     name = record["device_name"] if record["device"] != "cpu" else record["cpu"]
     if record["device"] == "cpu" and record.get("cpu_class", "native") != "native":
         name += f" as {record['cpu_class']}"  # the same processor acting out another class
     threads = record["threads"]
-    return f"{name}, {threads} thread{'s' if threads > 1 else ''}"
+    shared = (record.get("allocation") or {}).get("exclusive") is False
+    return f"{name}, {threads} thread{'s' if threads > 1 else ''}{', node shared' if shared else ''}"
 
 
 def dataset_path(dataset: str, split: str = "test") -> str:
