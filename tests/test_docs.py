@@ -75,6 +75,7 @@ APPENDIX_E = ("tests/test_real_path.py::"
 RUN_BY = {
     "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && "
     "pip install -e . && snakemake --cores 1": CI,
+    "pip install torch==2.13.0": CI,  # the quick start's torch step, named in its prose
     "pip install -e '.[dev,slurm]' && pip install --no-deps reasoning-from-scratch==0.2.0 && "
     "python -m pytest -q": CI,
     "snakemake --cores 1": CI,
