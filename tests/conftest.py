@@ -29,6 +29,13 @@ TINY = dict(
 )
 
 
+
+def needs_cuda(reason: str = "needs a CUDA GPU"):
+    """A CUDA-only test: skipped without CUDA, selected by `-m cuda` (the tests that the GPU
+    check, `python -m batched_reasoning.gpu_check`, runs on a GPU machine)."""
+    skip = pytest.mark.skipif(not torch.cuda.is_available(), reason=reason)
+    return lambda test: pytest.mark.cuda(skip(test))
+
 @pytest.fixture(autouse=True, scope="session")
 def wisdom_of_this_test_session(tmp_path_factory):
     """Kernel choices the tests measure (`calibration`) go to a file of their own, not the

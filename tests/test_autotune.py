@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import random_model
+from conftest import needs_cuda, random_model
 
 from batched_reasoning.workflow import autotune
 from batched_reasoning.workflow.autotune import Trial, choose, run_probe
@@ -161,7 +161,7 @@ def test_a_trial_over_the_cpu_budget_is_stopped_not_left_to_the_oom_killer(stage
         probe_here(stage_files, "evaluate", 100)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU to run out of")
+@needs_cuda("needs a CUDA GPU to run out of")
 def test_a_gpu_out_of_memory_ends_the_probe_and_the_size_before_it_is_chosen(tmp_path):
     """1024 prompts of ~4000 tokens on a tiny model: the prefill's mask and its per-group
     copies take ~0.3 GB a row, so doubling the batch runs the GPU out of memory well before

@@ -9,7 +9,7 @@ the margins show), no recompilation once a run's shapes are traced, the graph bo
 
 import pytest
 import torch
-from conftest import EOS, PAD, random_model
+from conftest import EOS, PAD, needs_cuda, random_model
 
 from batched_reasoning.core import calibration
 from batched_reasoning.core.memory import process_rss_mb
@@ -273,7 +273,7 @@ def test_compile_modes_are_checked():
         compiled.resolve(random_model(), "yes", 1, 16, 10)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda("needs a CUDA GPU")
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_cuda_graphs_give_the_eager_tokens(strategy):
     """On a GPU, `compile: on` captures the step as CUDA graphs (one per cache and shape) and

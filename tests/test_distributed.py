@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from conftest import random_model, training_files
+from conftest import needs_cuda, random_model, training_files
 from safetensors.torch import load_file
 
 from batched_reasoning.stages import distill as distill_module
@@ -310,7 +310,7 @@ def test_ranks_and_shares_are_checked_in_both_stages(setup):
                                                      problems_per_step=1))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda("needs a CUDA GPU")
 def test_resumed_optimizer_state_lands_on_the_ranks_own_device(setup, tmp_path):
     from batched_reasoning.training.state import resume, save_training_state
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 import torch
-from conftest import EOS, PAD, random_model
+from conftest import EOS, PAD, needs_cuda, random_model
 
 from batched_reasoning.engine import generation
 from batched_reasoning.model import qwen3 as model_module
@@ -189,7 +189,7 @@ def test_a_difference_at_an_exact_tie_is_a_near_tie_and_a_broken_mask_a_mismatch
     assert "MISMATCH" in verdicts and "near-tie" not in verdicts
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda("needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_attention_never_takes_the_math_kernel(eos_model, dtype):
     """Only the flash and memory-efficient kernels are allowed: were grouped heads and a mask

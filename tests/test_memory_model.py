@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from conftest import random_model
+from conftest import needs_cuda, random_model
 
 from batched_reasoning.stages import evaluate as evaluate_module
 from batched_reasoning.model.checkpoint import load_model, save_model
@@ -225,8 +225,7 @@ def test_an_mps_run_is_predicted_measured_and_tabled(tmp_path, monkeypatch):
 
 # --- the CUDA prediction against the fused attention's allocator peak (where a GPU exists) ----
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
-                          reason="needs a CUDA GPU: the allocator peak of the fused attention")
+CUDA = needs_cuda("needs a CUDA GPU: the allocator peak of the fused attention")
 MEASURE_CUDA = """
 import json, sys, torch
 from batched_reasoning.model.config import Qwen3Config
