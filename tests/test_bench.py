@@ -256,3 +256,24 @@ def test_memory_benchmark_predicts_each_fresh_process(tiny_bench_checkpoint, tmp
         assert row.predicted_mb > row.baseline_mb
         assert (row.error > 0) == (row.predicted_mb > row.measured_mb)
     assert json.loads((tmp_path / "memory.json").read_text())["code_hash"]
+
+
+def test_a_checkpoint_can_be_stored_in_bfloat16_and_loads_in_any_dtype(tmp_path):
+    """The GPU check stores its 0.6B random checkpoint in bfloat16 (half the bytes)."""
+    from safetensors import safe_open
+
+    from batched_reasoning.bench.cli import make_checkpoint
+    from batched_reasoning.model.checkpoint import load_model
+
+    tokenizer = train_toy_tokenizer(["one two three four five six seven"] * 20, 300)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    sizes = {}
+    for dtype in ("float32", "bfloat16"):
+        make_checkpoint("tiny", tmp_path / "tokenizer.json", tmp_path / dtype, dtype=dtype)
+        with safe_open(str(tmp_path / dtype / "model.safetensors"), "pt") as f:
+            assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {f"torch.{dtype}"}
+        assert json.loads((tmp_path / dtype / "config.json").read_text())["torch_dtype"] == dtype
+        sizes[dtype] = (tmp_path / dtype / "model.safetensors").stat().st_size
+    assert sizes["bfloat16"] < 0.6 * sizes["float32"]
+    model = load_model(tmp_path / "bfloat16", dtype="float32")
+    assert {str(p.dtype) for p in model.parameters()} == {"torch.float32"}

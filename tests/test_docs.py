@@ -68,6 +68,9 @@ MERGE = "python -m batched_reasoning.workflow.merge laptop/results gpu/results -
 FAST_TIER = 'python -m pytest -m "not slow"'
 CONDA_RUN = "snakemake --cores 1 --sdm conda"
 REAL_MODEL = "tests/test_real_path.py::test_the_qwen_config_runs_offline_from_the_hugging_face_cache"
+GPU_CHECK = "tests/test_gpu_check.py::test_every_part_runs_on_the_cpu"
+FIRST_LOOK = ("tests/test_first_look.py::"
+              "test_the_first_look_fills_appendix_e_offline_on_real_shaped_data")
 APPENDIX_E = ("tests/test_real_path.py::"
               "test_the_appendix_e_config_plans_the_books_four_workloads_apart_offline")
 
@@ -117,7 +120,10 @@ RUN_BY = {
     "snakemake --cores 4 --configfile configs/appendix-e.yaml":
         (APPENDIX_E, ["configs/appendix-e.yaml"]),
     "snakemake --cores 4 --configfile configs/appendix-e.yaml configs/appendix-e-first-look.yaml":
-        (APPENDIX_E, ["configs/appendix-e.yaml", "configs/appendix-e-first-look.yaml"]),
+        (FIRST_LOOK, ["configs/appendix-e.yaml", "configs/appendix-e-first-look.yaml"]),
+    "python -m batched_reasoning.gpu_check --out gpu-check --tokenizer "
+    "gpu-check-inputs/qwen3-tokenizer.json --prompts gpu-check-inputs/math500_test.json":
+        (GPU_CHECK, ["gpu_check(inputs, out)"]),
     "python -m batched_reasoning.workflow.story --seeds 0-4 --cpu-classes native,avx2":
         ("tests/test_story.py::test_the_story_check_runs_every_seed_on_every_cpu_class",
          ["batched_reasoning.workflow.story", "--seeds", "--cpu-classes", "native,avx2"]),

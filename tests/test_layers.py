@@ -6,7 +6,7 @@ import pytest
 from batched_reasoning.core import provenance
 
 LAYERS = [["core"], ["model", "data"], ["engine", "world"], ["training"], ["stages"],
-          ["workflow", "bench"]]
+          ["workflow", "bench"], ["gpu_check"]]
 RANK = {package: rank for rank, packages in enumerate(LAYERS) for package in packages}
 
 

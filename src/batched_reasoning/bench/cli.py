@@ -73,15 +73,17 @@ SHAPES = {
 SYNTHETIC_LENGTHS = (32, 256)  # token range of synthetic prompts, about MATH-500's spread
 
 
-def make_checkpoint(shape: str, tokenizer_path: str | Path, out_dir: str | Path, seed: int = 0) -> None:
-    """A randomly initialised (seeded) checkpoint of `shape` with the given tokenizer."""
+def make_checkpoint(shape: str, tokenizer_path: str | Path, out_dir: str | Path, seed: int = 0,
+                    dtype: str = "float32") -> None:
+    """A randomly initialised (seeded) checkpoint of `shape` with the given tokenizer, its
+    weights stored in `dtype` (bfloat16 halves a GPU check's files)."""
     from tokenizers import Tokenizer
 
     tokenizer_vocab = Tokenizer.from_file(str(tokenizer_path)).get_vocab_size(with_added_tokens=True)
     values = {"vocab_size": tokenizer_vocab} | SHAPES[shape]
     if values["vocab_size"] < tokenizer_vocab:
         raise ValueError(f"{tokenizer_path}: {tokenizer_vocab} tokens, more than {shape}'s vocabulary")
-    model = init_weights(Qwen3(Qwen3Config(**values)), seed)
+    model = init_weights(Qwen3(Qwen3Config(**values)), seed).to(resolve_dtype(dtype))
     with tempfile.TemporaryDirectory() as source:
         (Path(source) / "tokenizer.json").write_bytes(Path(tokenizer_path).read_bytes())
         save_model(model, out_dir, source=source)
