@@ -261,7 +261,9 @@ def test_completion_counts_the_wait_for_earlier_batches(eos_model, strategy):
     its first token comes after that wait and before it is done."""
     result = run(eos_model, varied_prompts(), strategy, 2)
     waited = [c - s for c, s in zip(result.completion, result.latency)]
-    assert min(waited) >= 0 and max(waited) > 0.5 * max(result.completion) / 4
+    # one served later waited for a slot, which only a whole earlier service frees: on the same
+    # clock, whatever the machine's speed or stalls
+    assert min(waited) >= 0 and max(waited) >= min(result.latency) > 0
     assert all(0 < first <= done for first, done
                in zip(result.time_to_first_token, result.completion))
     assert result.steps == [len(t) + (s is not None)
