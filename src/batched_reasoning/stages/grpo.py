@@ -194,6 +194,15 @@ def recorded_rollouts(everyone: list[tuple], rollouts: list | None) -> str:
     return hashlib.sha256(json.dumps([t for *_, t, _, _ in everyone]).encode()).hexdigest()
 
 
+def step_problems(step: int, context: StepContext) -> tuple[list[dict], list[list[int]]]:
+    """The training problems of a (0-based) step, cycling through the split, and their prompts."""
+    settings = context.settings
+    problems = [context.train[(step * settings.problems_per_step + p) % len(context.train)]
+                for p in range(settings.problems_per_step)]
+    return problems, [context.tokenizer.encode(format_prompt(r["problem"], settings.prompt_style))
+                      for r in problems]
+
+
 def grpo_step(model, optimizer, step: int, context: StepContext,
               rollouts: list | None = None) -> dict:
     """One GRPO step (0-based `step`): this rank's rollouts of the step's problems, their
@@ -202,10 +211,7 @@ def grpo_step(model, optimizer, step: int, context: StepContext,
     rollout's key, tokens, pick margins and draws, so a timing can judge where two runs part."""
     settings, tokenizer, torch_device = context.settings, context.tokenizer, context.device
     step_rollouts = settings.problems_per_step * settings.num_rollouts
-    problems = [context.train[(step * settings.problems_per_step + p) % len(context.train)]
-                for p in range(settings.problems_per_step)]
-    prompts = [tokenizer.encode(format_prompt(r["problem"], settings.prompt_style))
-               for r in problems]
+    problems, prompts = step_problems(step, context)
     mine = distributed.shard([(p, r) for p in range(settings.problems_per_step)
                               for r in range(settings.num_rollouts)])
     with PeakMemory(torch_device) as memory:
